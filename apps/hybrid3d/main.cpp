@@ -1,0 +1,152 @@
+// hybrid3d command line. Parses flags, builds the Trainer, runs it, and
+// decides how the job ends on error:
+//  - a UsageError (a flag, a layout, a file every rank reads the same) is
+//    printed once and every rank exits 2, after agreeing over MPI that some
+//    rank failed (so a failure on one rank never leaves the others waiting);
+//  - any other error during training is printed by the failing rank, which
+//    then aborts the whole job (MPI_Abort), so nothing hangs.
+#include <mpi.h>
+#include <omp.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <sstream>
+
+#include "hybrid3d/core/error.hpp"
+#include "hybrid3d/dist/comm.hpp"
+#include "hybrid3d/dist/process_grid.hpp"
+#include "hybrid3d/train/trainer.hpp"
+
+namespace {
+
+template <typename T>
+std::vector<T> parse_list(const std::string& s, const char* flag) {
+  std::vector<T> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    std::istringstream is(item);
+    T v;
+    if (!(is >> v)) H3D_THROW(h3d::UsageError, flag << " '" << s << "' is not a comma-separated list of numbers");
+    out.push_back(v);
+  }
+  return out;
+}
+
+void print_error(const std::exception& e, int rank, int size) {
+  if (size > 1 && !dynamic_cast<const h3d::UsageError*>(&e))
+    std::fprintf(stderr, "hybrid3d: error (rank %d): %s\n", rank, e.what());
+  else
+    std::fprintf(stderr, "hybrid3d: error: %s\n", e.what());
+  std::fflush(stderr);
+}
+
+// Every rank says whether it failed; the lowest failing rank prints. Returns
+// true if any rank failed. Collective: all ranks must reach it.
+bool any_rank_failed(const h3d::Comm& world, const std::exception* local) {
+  int mine = local ? world.rank() : world.size(), lowest = mine;
+  MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, world.raw());
+  if (local && lowest == world.rank()) print_error(*local, world.rank(), world.size());
+  return lowest < world.size();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int code = 0;
+  {
+    h3d::Comm world = h3d::Comm::borrow(MPI_COMM_WORLD);
+    h3d::TrainOptions o;
+    CLI::App app{"hybrid3d: hybrid data x spatial parallel training of 3D CNNs"};
+    app.require_subcommand(1);
+    auto* train = app.add_subcommand("train", "train a model (run under mpirun for parallel layouts)");
+    std::string spatial = "1x1x1", decay_boundaries, decay_factors;
+    int threads = 0;
+    train->add_option("--model", o.model.model, "cosmoflow | cosmoflow-lbann")->capture_default_str();
+    train->add_option("--input-size", o.model.input_size, "side S of the cubic input volume")->capture_default_str();
+    train->add_option("--batch-size", o.batch_size, "global mini-batch (over all data groups)")->capture_default_str();
+    train->add_option("--spatial", spatial, "spatial split DxHxW of each sample; ranks / (D*H*W) data groups")
+        ->capture_default_str();
+    train->add_option("--steps", o.steps, "training steps (or use --epochs)");
+    train->add_option("--epochs", o.epochs, "training epochs (default 1 when --steps is not given)");
+    train->add_option("--optimizer", o.optimizer.kind, "sgd | adam")->capture_default_str();
+    train->add_option("--lr", o.schedule.lr, "base learning rate")->capture_default_str();
+    train->add_option("--momentum", o.optimizer.momentum, "SGD momentum")->capture_default_str();
+    train->add_option("--weight-decay", o.optimizer.weight_decay, "L2 weight decay")->capture_default_str();
+    train->add_option("--lr-schedule", o.schedule.kind, "constant | mlperf | poly")->capture_default_str();
+    train->add_option("--warmup-steps", o.schedule.warmup, "linear warm-up steps (mlperf, poly)")->capture_default_str();
+    train->add_option("--decay-boundaries", decay_boundaries, "mlperf: steps where the LR drops, e.g. 100,200");
+    train->add_option("--decay-factors", decay_factors, "mlperf: LR factor from each boundary on, e.g. 0.25,0.125");
+    train->add_option("--poly-power", o.schedule.power, "poly: exponent")->capture_default_str();
+    train->add_option("--end-lr", o.schedule.end_lr, "poly: final learning rate")->capture_default_str();
+    train->add_option("--kernel-size", o.model.kernel_size, "cosmoflow conv kernel (2 as MLPerf, or 3)")->capture_default_str();
+    train->add_option("--dropout", o.model.dropout, "dropout probability in the head")->capture_default_str();
+    train->add_flag("--batchnorm", o.model.batchnorm, "BatchNorm3d after each convolution");
+    train->add_option("--seed", o.model.seed, "seed of weights, data, shuffling and dropout")->capture_default_str();
+    train->add_option("--data", o.data, "synthetic, or a directory / glob of CosmoFlow HDF5 files")->capture_default_str();
+    train->add_option("--val-data", o.val_data, "validation data: synthetic, or a directory / glob");
+    train->add_option("--train-samples", o.train_samples, "synthetic training set size")->capture_default_str();
+    train->add_option("--val-samples", o.val_samples, "synthetic validation set size (0: none)")->capture_default_str();
+    train->add_option("--val-every", o.val_every, "validate every N steps (default: each epoch)");
+    train->add_option("--transform", o.transform, "input transform: log1p | none")->capture_default_str();
+    train->add_option("--init", o.init, "initial weights (safetensors, PyTorch state_dict names)");
+    train->add_option("--save", o.save, "write the final weights here (safetensors)");
+    train->add_option("--metrics", o.metrics, "write JSON lines metrics here");
+    train->add_option("--threads", threads, "threads per rank (default: OMP_NUM_THREADS or all cores)");
+    train->add_option("--backend", o.backend, "cpu (oneDNN) | ref (reference loops)")->capture_default_str();
+    train->add_option("--log-every", o.log_every, "progress line every N steps")->capture_default_str();
+    train->add_flag("--quiet", o.quiet, "no progress output");
+
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+      if (world.rank() == 0) app.exit(e);
+      MPI_Finalize();
+      return 0;
+    } catch (const CLI::ParseError& e) {
+      if (world.rank() == 0) {
+        std::fprintf(stderr, "hybrid3d: error: %s (see hybrid3d %s --help)\n", e.what(), argc > 1 ? argv[1] : "");
+      }
+      MPI_Finalize();
+      return 2;
+    }
+
+    std::unique_ptr<h3d::Trainer> trainer;
+    std::unique_ptr<std::exception> failure;
+    try {
+      if (threads < 0) H3D_THROW(h3d::UsageError, "--threads must be positive");
+      if (threads > 0) omp_set_num_threads(threads);
+      o.spatial = h3d::ProcessGrid::parse_spatial(spatial);
+      o.schedule.boundaries = parse_list<int64_t>(decay_boundaries, "--decay-boundaries");
+      o.schedule.factors = parse_list<double>(decay_factors, "--decay-factors");
+      if (o.steps < 0 || o.epochs < 0) H3D_THROW(h3d::UsageError, "--steps and --epochs must not be negative");
+      if (o.batch_size < 1) H3D_THROW(h3d::UsageError, "--batch-size must be at least 1");
+      if (o.log_every < 1) o.log_every = 1;
+      trainer = std::make_unique<h3d::Trainer>(world, o);
+    } catch (const h3d::UsageError& e) {
+      failure = std::make_unique<h3d::UsageError>(e);
+    } catch (const std::exception& e) {
+      failure = std::make_unique<h3d::Error>(e.what());
+    }
+    if (any_rank_failed(world, failure.get())) {
+      trainer.reset();
+      MPI_Finalize();
+      return 2;
+    }
+
+    try {
+      trainer->run();
+    } catch (const h3d::UsageError& e) {
+      // Detected identically by every rank (a non-finite loss): one message, clean exit.
+      if (world.rank() == 0) print_error(e, 0, 1);
+      code = 3;
+    } catch (const std::exception& e) {
+      print_error(e, world.rank(), world.size());
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+  }
+  MPI_Finalize();
+  return code;
+}

@@ -1,0 +1,81 @@
+// Backend: the kernels every layer calls, on local (per-rank) NCDHW buffers.
+// Layers never know which backend runs them; a backend never knows MPI
+// exists. `ref` is plain loops with double accumulation (the oracle);
+// `cpu` runs convolutions and matrix products on oneDNN and inherits the
+// cheap, memory-bound kernels from ref. A CUDA backend will implement the
+// same interface.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace h3d {
+
+struct ConvDesc {
+  int64_t n = 1, cin = 1, cout = 1;
+  std::array<int64_t, 3> in{}, out{};  // local extents
+  std::array<int, 3> k{1, 1, 1}, stride{1, 1, 1}, pad_lo{}, pad_hi{};
+  bool bias = false;
+  std::string key() const;
+};
+
+enum class PoolKind { kMax, kAvg };
+// Average pooling divides by the full window volume (padding counts, as
+// PyTorch's count_include_pad=True); max pooling ignores padding.
+struct PoolDesc {
+  PoolKind kind = PoolKind::kMax;
+  int64_t n = 1, c = 1;
+  std::array<int64_t, 3> in{}, out{};
+  std::array<int, 3> k{2, 2, 2}, stride{2, 2, 2}, pad_lo{}, pad_hi{};
+};
+
+enum class ActKind { kRelu, kLeakyRelu, kTanh, kScaledTanh, kScale };
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // y[n, cout, out] = conv(x[n, cin, in], w[cout, cin, k]) + b
+  virtual void conv3d_forward(const ConvDesc& d, const float* x, const float* w, const float* b, float* y) = 0;
+  // dx[n, cin, in] = conv^T(dy, w)   (overwrites dx)
+  virtual void conv3d_backward_data(const ConvDesc& d, const float* dy, const float* w, float* dx) = 0;
+  // dw = sum over n and outputs of dy * x; db = sum of dy (overwrites; db may be null)
+  virtual void conv3d_backward_weights(const ConvDesc& d, const float* x, const float* dy, float* dw,
+                                       float* db) = 0;
+
+  virtual void pool3d_forward(const PoolDesc& d, const float* x, float* y) = 0;
+  // dx (overwritten) from x, dy (max pooling finds the first maximum again).
+  virtual void pool3d_backward(const PoolDesc& d, const float* x, const float* dy, float* dx) = 0;
+
+  // Row-major C[M, N] = alpha * op(A) op(B) + beta * C.
+  virtual void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                    int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) = 0;
+
+  // Pointwise activation y = f(x); `param` is the slope (leaky ReLU), or
+  // the factor (scale, scaled tanh: y = param * tanh(x)).
+  virtual void activation_forward(ActKind kind, float param, const float* x, float* y, int64_t n) = 0;
+  // dx = f'(.) * dy, taken from the output y alone, so that x need not be
+  // kept (and the forward may run in place).
+  virtual void activation_backward(ActKind kind, float param, const float* y, const float* dy, float* dx,
+                                   int64_t n) = 0;
+
+  // Per-channel sum and sum of squares over [n, c, v] (accumulated, in double).
+  virtual void channel_moments(const float* x, int64_t n, int64_t c, int64_t v, double* sum, double* sumsq) = 0;
+  // y = x * scale[c] + shift[c]
+  virtual void channel_affine(const float* x, int64_t n, int64_t c, int64_t v, const float* scale,
+                              const float* shift, float* y) = 0;
+  // Per-channel sum(dy) and sum(dy * (x - mean)) (accumulated, in double).
+  virtual void channel_grad_moments(const float* x, const float* dy, int64_t n, int64_t c, int64_t v,
+                                    const float* mean, double* sum_dy, double* sum_dy_xc) = 0;
+  // dx = a[c] * dy + b[c] * (x - mean[c]) + e[c]   (batch-norm backward, pre-reduced)
+  virtual void channel_grad_apply(const float* x, const float* dy, int64_t n, int64_t c, int64_t v,
+                                  const float* mean, const float* a, const float* b, const float* e,
+                                  float* dx) = 0;
+};
+
+// "ref" or "cpu"; throws UsageError for anything else.
+std::unique_ptr<Backend> make_backend(const std::string& name);
+
+}  // namespace h3d

@@ -1,0 +1,31 @@
+// RefBackend: the oracle. Plain loops in the obvious order, double
+// accumulation, no blocking: easy to read and check against the maths in
+// each layer's header. Slow; tests use it on small shapes.
+#pragma once
+#include "hybrid3d/backend/backend.hpp"
+
+namespace h3d {
+
+class RefBackend : public Backend {
+ public:
+  std::string name() const override { return "ref"; }
+  void conv3d_forward(const ConvDesc& d, const float* x, const float* w, const float* b, float* y) override;
+  void conv3d_backward_data(const ConvDesc& d, const float* dy, const float* w, float* dx) override;
+  void conv3d_backward_weights(const ConvDesc& d, const float* x, const float* dy, float* dw, float* db) override;
+  void pool3d_forward(const PoolDesc& d, const float* x, float* y) override;
+  void pool3d_backward(const PoolDesc& d, const float* x, const float* dy, float* dx) override;
+  void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+            const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override;
+  void activation_forward(ActKind kind, float param, const float* x, float* y, int64_t n) override;
+  void activation_backward(ActKind kind, float param, const float* y, const float* dy, float* dx,
+                           int64_t n) override;
+  void channel_moments(const float* x, int64_t n, int64_t c, int64_t v, double* sum, double* sumsq) override;
+  void channel_affine(const float* x, int64_t n, int64_t c, int64_t v, const float* scale, const float* shift,
+                      float* y) override;
+  void channel_grad_moments(const float* x, const float* dy, int64_t n, int64_t c, int64_t v, const float* mean,
+                            double* sum_dy, double* sum_dy_xc) override;
+  void channel_grad_apply(const float* x, const float* dy, int64_t n, int64_t c, int64_t v, const float* mean,
+                          const float* a, const float* b, const float* e, float* dx) override;
+};
+
+}  // namespace h3d

@@ -1,0 +1,32 @@
+// SampleSource: where samples come from. A rank asks only for its own block
+// of a sample (a box of the global volume) and gets it channels first,
+// transformed, as float; the source decides how little it must read.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "hybrid3d/core/box.hpp"
+
+namespace h3d {
+
+enum class InputTransform { kNone, kLog1p };
+InputTransform parse_transform(const std::string& s);
+
+class SampleSource {
+ public:
+  virtual ~SampleSource() = default;
+  virtual int64_t size() const = 0;
+  virtual std::array<int64_t, 3> extent() const = 0;
+  virtual int64_t channels() const = 0;
+  static constexpr int kTargets = 4;
+  // out: [channels, box] (channels first), target: [kTargets] (unitPar).
+  virtual void load(int64_t index, const Box& box, float* out, float* target) = 0;
+  virtual std::string describe() const = 0;
+};
+
+// Applies the input transform in place.
+void apply_transform(InputTransform t, float* data, int64_t n);
+
+}  // namespace h3d

@@ -1,0 +1,54 @@
+// Synthetic universes: a small, learnable stand-in for CosmoFlow's N-body
+// data, deterministic from (seed, sample index).
+//
+// Four parameters u in [-1, 1]^4 (CosmoFlow's unitPar) map to
+//   Omega_m = 0.30 + 0.10 u0, sigma_8 = 0.80 + 0.15 u1,
+//   n_s     = 0.96 + 0.08 u2, H_0    = 70 + 10 u3   (h = H_0 / 100).
+// A Gaussian random field on the periodic cube (voxel 4 Mpc/h) has the
+// linear power spectrum P(k) = A k^n_s T(k)^2 with the BBKS transfer function
+// of shape Gamma = Omega_m h, normalised to sigma_8 at z = 0. The four
+// channels are that field at z = 0, 0.5, 1, 2, scaled by the growth factor
+// D(z) (Carroll, Press & Turner), so their ratio depends on Omega_m; each is
+// turned into non-negative galaxy counts by a log-normal transform and
+// Poisson sampling (mean 4 per voxel), stored as int16 like the real data.
+#pragma once
+#include <map>
+#include <vector>
+
+#include "hybrid3d/data/sample_source.hpp"
+
+namespace h3d {
+
+struct CosmoParams {
+  double omega_m, sigma_8, n_s, h;
+  static CosmoParams from_unit(const float u[4]);
+};
+
+// One whole universe [D, H, W, 4] int16 (channels last, as the CosmoFlow
+// files). Pure function of its arguments.
+std::vector<int16_t> generate_universe(int64_t side, uint64_t seed, int64_t index, float unit_par[4]);
+// The unitPar of sample `index` (cheap: no field is generated).
+void universe_unit_par(uint64_t seed, int64_t index, float unit_par[4]);
+
+class SyntheticUniverses : public SampleSource {
+ public:
+  // Samples index_offset .. index_offset + count - 1 of the stream `seed`.
+  SyntheticUniverses(int64_t side, int64_t count, uint64_t seed, int64_t index_offset, InputTransform t);
+  int64_t size() const override { return count_; }
+  std::array<int64_t, 3> extent() const override { return {side_, side_, side_}; }
+  int64_t channels() const override { return 4; }
+  void load(int64_t index, const Box& box, float* out, float* target) override;
+  std::string describe() const override;
+
+ private:
+  int64_t side_, count_;
+  uint64_t seed_;
+  int64_t offset_;
+  InputTransform transform_;
+  // This rank's block of each sample it has seen (int16, channels first):
+  // generation costs an FFT of the whole cube, so it is done once.
+  std::map<int64_t, std::vector<int16_t>> cache_;
+  Box cached_box_;
+};
+
+}  // namespace h3d

@@ -1,0 +1,80 @@
+#include "hybrid3d/dist/comm.hpp"
+
+#include <limits>
+
+#include "hybrid3d/core/error.hpp"
+
+namespace h3d {
+
+void mpi_check(int rc, const char* what, const char* file, int line) {
+  if (rc == MPI_SUCCESS) return;
+  char buf[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, buf, &len);
+  throw Error(std::string("MPI call failed: ") + what + ": " + std::string(buf, len) + " [" +
+              detail::where(file, line) + "]");
+}
+
+Comm::Comm(MPI_Comm c, bool owned) : comm_(c), owned_(owned) {
+  H3D_MPI(MPI_Comm_rank(c, &rank_));
+  H3D_MPI(MPI_Comm_size(c, &size_));
+}
+
+Comm::~Comm() {
+  if (owned_ && comm_ != MPI_COMM_NULL) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(&comm_);
+  }
+}
+
+Comm& Comm::operator=(Comm&& o) noexcept {
+  if (this != &o) {
+    if (owned_ && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+    comm_ = o.comm_;
+    owned_ = o.owned_;
+    rank_ = o.rank_;
+    size_ = o.size_;
+    o.comm_ = MPI_COMM_NULL;
+    o.owned_ = false;
+  }
+  return *this;
+}
+
+Comm Comm::split(int color, int key) const {
+  MPI_Comm out;
+  H3D_MPI(MPI_Comm_split(comm_, color, key, &out));
+  return Comm(out, true);
+}
+
+void Comm::barrier() const { H3D_MPI(MPI_Barrier(comm_)); }
+
+// MPI counts are int: reduce in chunks so tensors past 2^31 elements work.
+template <typename T>
+static void allreduce_chunked(MPI_Comm c, T* data, int64_t n, MPI_Datatype type) {
+  const int64_t chunk = std::numeric_limits<int>::max() / 2;
+  for (int64_t off = 0; off < n; off += chunk) {
+    int cnt = static_cast<int>(std::min(chunk, n - off));
+    H3D_MPI(MPI_Allreduce(MPI_IN_PLACE, data + off, cnt, type, MPI_SUM, c));
+  }
+}
+
+void Comm::allreduce_sum(float* data, int64_t n) const {
+  if (size_ > 1 && n > 0) allreduce_chunked(comm_, data, n, MPI_FLOAT);
+}
+void Comm::allreduce_sum(double* data, int64_t n) const {
+  if (size_ > 1 && n > 0) allreduce_chunked(comm_, data, n, MPI_DOUBLE);
+}
+double Comm::allreduce_max(double v) const {
+  if (size_ > 1) H3D_MPI(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_MAX, comm_));
+  return v;
+}
+int64_t Comm::allreduce_sum(int64_t v) const {
+  if (size_ > 1) H3D_MPI(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT64_T, MPI_SUM, comm_));
+  return v;
+}
+void Comm::bcast(void* data, int64_t bytes, int root) const {
+  if (size_ > 1) H3D_MPI(MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_));
+}
+
+}  // namespace h3d

@@ -1,0 +1,47 @@
+// Comm: a thin RAII view of an MPI communicator. Every MPI call goes through
+// here so that failures become h3d::Error with MPI's own message.
+#pragma once
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace h3d {
+
+void mpi_check(int rc, const char* what, const char* file, int line);
+#define H3D_MPI(call) ::h3d::mpi_check((call), #call, __FILE__, __LINE__)
+
+class Comm {
+ public:
+  // Wraps an existing communicator without owning it (MPI_COMM_WORLD, _SELF).
+  static Comm borrow(MPI_Comm c) { return Comm(c, false); }
+  Comm() = default;
+  ~Comm();
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+  Comm(Comm&& o) noexcept { *this = std::move(o); }
+  Comm& operator=(Comm&& o) noexcept;
+
+  // Collective over this communicator; ranks with the same color form one.
+  Comm split(int color, int key) const;
+
+  MPI_Comm raw() const { return comm_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  void barrier() const;
+  void allreduce_sum(float* data, int64_t n) const;
+  void allreduce_sum(double* data, int64_t n) const;
+  double allreduce_max(double v) const;
+  int64_t allreduce_sum(int64_t v) const;
+  void bcast(void* data, int64_t bytes, int root) const;
+
+ private:
+  Comm(MPI_Comm c, bool owned);
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  bool owned_ = false;
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace h3d

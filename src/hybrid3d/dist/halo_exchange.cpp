@@ -1,0 +1,110 @@
+#include "hybrid3d/dist/halo_exchange.hpp"
+
+#include <limits>
+
+#include "hybrid3d/core/error.hpp"
+#include "hybrid3d/dist/box_copy.hpp"
+
+namespace h3d {
+
+namespace {
+constexpr int kTagForward = 7001;
+constexpr int kTagReverse = 7002;
+
+Box needed_box(const Distribution& in, const Window3D& w, const Distribution& out, int s, bool clip) {
+  Box ob = out.box(s), nb;
+  for (int d = 0; d < 3; ++d) {
+    nb.r[d] = w[d].needed(ob.r[d]);
+    if (clip) nb.r[d] = nb.r[d].intersect({0, in.extent()[d]});
+  }
+  return nb;
+}
+
+std::vector<int64_t> with_nc(int64_t n, int64_t c, const Box& b) {
+  auto e = b.extents();
+  return {n, c, e[0], e[1], e[2]};
+}
+
+int mpi_count(int64_t n) {
+  H3D_CHECK(n <= std::numeric_limits<int>::max(), "halo message of " << n << " floats exceeds MPI's int count");
+  return static_cast<int>(n);
+}
+}  // namespace
+
+HaloExchange::HaloExchange(const Distribution& in, const Window3D& w, const Distribution& out, int me,
+                           float pad_value)
+    : pad_value_(pad_value) {
+  own_ = in.box(me);
+  padded_ = needed_box(in, w, out, me, false);
+  Box need = needed_box(in, w, out, me, true);
+  local_ = need.intersect(own_);
+  for (int q = 0; q < in.group_size(); ++q) {
+    if (q == me) continue;
+    Box from_q = need.intersect(in.box(q));
+    if (!from_q.empty()) recv_.push_back({q, from_q, {}});
+    Box to_q = needed_box(in, w, out, q, true).intersect(own_);
+    if (!to_q.empty()) send_.push_back({q, to_q, {}});
+  }
+  trivial_ = recv_.empty() && send_.empty() && padded_ == own_;
+}
+
+void HaloExchange::wait_all() {
+  if (!reqs_.empty()) H3D_MPI(MPI_Waitall(static_cast<int>(reqs_.size()), reqs_.data(), MPI_STATUSES_IGNORE));
+  reqs_.clear();
+}
+
+void HaloExchange::start(const Comm& group, const Tensor& x, Tensor& xp) {
+  n_ = x.dim(0);
+  c_ = x.dim(1);
+  reqs_.clear();
+  for (auto& r : recv_) {
+    r.buf.resize(static_cast<size_t>(n_ * c_ * r.box.volume()));
+    reqs_.emplace_back();
+    H3D_MPI(MPI_Irecv(r.buf.data(), mpi_count(r.buf.size()), MPI_FLOAT, r.peer, kTagForward, group.raw(),
+                      &reqs_.back()));
+  }
+  for (auto& r : send_) {
+    r.buf.resize(static_cast<size_t>(n_ * c_ * r.box.volume()));
+    pack_box(x, own_, r.box, r.buf.data());
+    reqs_.emplace_back();
+    H3D_MPI(MPI_Isend(r.buf.data(), mpi_count(r.buf.size()), MPI_FLOAT, r.peer, kTagForward, group.raw(),
+                      &reqs_.back()));
+  }
+  xp.resize(with_nc(n_, c_, padded_), pad_value_);
+  copy_box(x, own_, xp, padded_, local_);
+}
+
+void HaloExchange::finish(Tensor& xp) {
+  wait_all();
+  for (auto& r : recv_) unpack_box(r.buf.data(), r.box, xp, padded_, CopyMode::kAssign);
+}
+
+void HaloExchange::reverse_start(const Comm& group, const Tensor& dxp, Tensor& dx) {
+  n_ = dxp.dim(0);
+  c_ = dxp.dim(1);
+  reqs_.clear();
+  // The cells I received in forward go back to their owners; the cells I
+  // sent come back to me as gradients.
+  for (auto& r : send_) {
+    r.buf.resize(static_cast<size_t>(n_ * c_ * r.box.volume()));
+    reqs_.emplace_back();
+    H3D_MPI(MPI_Irecv(r.buf.data(), mpi_count(r.buf.size()), MPI_FLOAT, r.peer, kTagReverse, group.raw(),
+                      &reqs_.back()));
+  }
+  for (auto& r : recv_) {
+    r.buf.resize(static_cast<size_t>(n_ * c_ * r.box.volume()));
+    pack_box(dxp, padded_, r.box, r.buf.data());
+    reqs_.emplace_back();
+    H3D_MPI(MPI_Isend(r.buf.data(), mpi_count(r.buf.size()), MPI_FLOAT, r.peer, kTagReverse, group.raw(),
+                      &reqs_.back()));
+  }
+  dx.resize(with_nc(n_, c_, own_), 0.0f);
+  copy_box(dxp, padded_, dx, own_, local_);
+}
+
+void HaloExchange::reverse_finish(Tensor& dx) {
+  wait_all();
+  for (auto& r : send_) unpack_box(r.buf.data(), r.box, dx, own_, CopyMode::kAdd);
+}
+
+}  // namespace h3d

@@ -1,0 +1,60 @@
+// HaloExchange: fills a rank's padded input box for a window op from the
+// blocks of its neighbours, and (in reverse) sends the gradient of those halo
+// cells back to their owners to be added.
+//
+// The plan is built once per (input distribution, window, output
+// distribution) by intersecting boxes, so it covers faces, edges and corners
+// when several dimensions are split, uneven blocks, and halos wider than a
+// neighbour's block (they then come from several ranks). Outside the global
+// volume the padded box holds `pad_value` (0 for conv and average pooling,
+// -inf for max pooling).
+//
+// start() posts receives before sends and copies the rank's own cells; the
+// caller may compute on its interior before finish() waits and unpacks.
+#pragma once
+#include <vector>
+
+#include "hybrid3d/core/box.hpp"
+#include "hybrid3d/core/tensor.hpp"
+#include "hybrid3d/dist/comm.hpp"
+#include "hybrid3d/dist/distribution.hpp"
+
+namespace h3d {
+
+class HaloExchange {
+ public:
+  HaloExchange() = default;
+  HaloExchange(const Distribution& in, const Window3D& w, const Distribution& out, int spatial_rank,
+               float pad_value);
+
+  const Box& own_box() const { return own_; }
+  const Box& padded_box() const { return padded_; }
+  // True when the padded box is the own box: no halo, no padding, no messages.
+  bool trivial() const { return trivial_; }
+  int64_t halo_messages() const { return static_cast<int64_t>(recv_.size() + send_.size()); }
+
+  // Forward: x is [N, C, own], xp becomes [N, C, padded].
+  void start(const Comm& group, const Tensor& x, Tensor& xp);
+  void finish(Tensor& xp);
+  // Backward: dxp is [N, C, padded], dx becomes [N, C, own] with the halo
+  // contributions of the neighbours added (in a fixed order: deterministic).
+  void reverse_start(const Comm& group, const Tensor& dxp, Tensor& dx);
+  void reverse_finish(Tensor& dx);
+
+ private:
+  struct Region {
+    int peer;
+    Box box;
+    std::vector<float> buf;
+  };
+  void wait_all();
+
+  Box own_, padded_, local_;  // local_: needed cells this rank owns itself
+  float pad_value_ = 0.0f;
+  bool trivial_ = true;
+  std::vector<Region> recv_, send_;  // forward direction; reversed in backward
+  std::vector<MPI_Request> reqs_;
+  int64_t n_ = 0, c_ = 0;
+};
+
+}  // namespace h3d

@@ -1,0 +1,44 @@
+#include "hybrid3d/dist/process_grid.hpp"
+
+#include <sstream>
+
+#include "hybrid3d/core/error.hpp"
+
+namespace h3d {
+
+ProcessGrid::ProcessGrid(const Comm& world, std::array<int, 3> spatial) : world_(&world), spatial_(spatial) {
+  for (int v : spatial) H3D_USAGE_CHECK(v >= 1, "--spatial: every factor must be at least 1");
+  int S = spatial_size();
+  H3D_USAGE_CHECK(world.size() % S == 0,
+                  "--spatial " << spatial[0] << "x" << spatial[1] << "x" << spatial[2] << " needs a multiple of "
+                               << S << " ranks, but the job has " << world.size()
+                               << "; use -np " << S << " (or a multiple) or a spatial split whose product divides "
+                               << world.size());
+  groups_ = world.size() / S;
+  g_ = world.rank() / S;
+  int s = world.rank() % S;
+  coord_ = {s / (spatial[1] * spatial[2]), (s / spatial[2]) % spatial[1], s % spatial[2]};
+  group_ = world.split(g_, s);
+  replicas_ = world.split(s, g_);
+}
+
+std::string ProcessGrid::describe() const {
+  std::ostringstream os;
+  os << world_->size() << " ranks = " << groups_ << " data group(s) x spatial " << spatial_[0] << "x" << spatial_[1]
+     << "x" << spatial_[2];
+  return os.str();
+}
+
+std::array<int, 3> ProcessGrid::parse_spatial(const std::string& s) {
+  std::array<int, 3> out{};
+  char x1 = 0, x2 = 0;
+  std::istringstream is(s);
+  std::string rest;
+  if (!(is >> out[0] >> x1 >> out[1] >> x2 >> out[2]) || x1 != 'x' || x2 != 'x' || (is >> rest)) {
+    H3D_THROW(UsageError, "--spatial '" << s << "' is not of the form DxHxW (for example 2x1x1)");
+  }
+  for (int v : out) H3D_USAGE_CHECK(v >= 1 && v <= 4096, "--spatial '" << s << "': each factor must be 1..4096");
+  return out;
+}
+
+}  // namespace h3d

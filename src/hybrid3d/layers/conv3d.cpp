@@ -1,0 +1,78 @@
+#include "hybrid3d/layers/conv3d.hpp"
+
+#include "hybrid3d/core/error.hpp"
+
+namespace h3d {
+
+Conv3d::Conv3d(std::string name, Conv3dOptions o, uint64_t seed) : Layer(std::move(name)), o_(o) {
+  H3D_USAGE_CHECK(o.kernel >= 1 && o.kernel <= 5, "layer " << name_ << ": kernel " << o.kernel << " is outside 1..5");
+  H3D_USAGE_CHECK(o.stride == 1 || o.stride == 2, "layer " << name_ << ": stride " << o.stride << " is not 1 or 2");
+  int64_t kv = int64_t(o.kernel) * o.kernel * o.kernel;
+  weight_.name = name_ + ".weight";
+  weight_.value.resize({o.out_channels, o.in_channels, o.kernel, o.kernel, o.kernel});
+  init_uniform_fan_in(weight_.value, o.in_channels * kv, seed, weight_.name);
+  weight_.grad.resize(weight_.value.shape());
+  if (o.bias) {
+    bias_.name = name_ + ".bias";
+    bias_.value.resize({o.out_channels});
+    init_uniform_fan_in(bias_.value, o.in_channels * kv, seed, bias_.name);
+    bias_.grad.resize({o.out_channels});
+  }
+}
+
+std::vector<Param*> Conv3d::params() {
+  if (o_.bias) return {&weight_, &bias_};
+  return {&weight_};
+}
+
+ActShape Conv3d::setup(const ActShape& in, const ProcessGrid& grid) {
+  H3D_USAGE_CHECK(in.spatial && in.channels == o_.in_channels,
+                  "layer " << name_ << " expects " << o_.in_channels << " input channels, got " << in.channels);
+  Window1D w1 = make_window(o_.kernel, o_.stride, o_.padding);
+  Window3D w{w1, w1, w1};
+  ActShape out = in;
+  out.channels = o_.out_channels;
+  out.dist = in.dist.through(w, name_);
+  input_.plan(in.dist, w, out.dist, grid.spatial_rank(), 0.0f);
+  out_ext_ = out.dist.box(grid.spatial_rank()).extents();
+  return out;
+}
+
+ConvDesc Conv3d::desc(int64_t n) const {
+  ConvDesc d;
+  d.n = n;
+  d.cin = o_.in_channels;
+  d.cout = o_.out_channels;
+  d.in = input_.padded_extents();
+  d.out = out_ext_;
+  d.k = {o_.kernel, o_.kernel, o_.kernel};
+  d.stride = {o_.stride, o_.stride, o_.stride};
+  d.bias = o_.bias;
+  return d;
+}
+
+void Conv3d::forward(StepContext& ctx, const Tensor& x, Tensor& y) {
+  int64_t n = x.dim(0);
+  const Tensor& xp = input_.gather(ctx.grid->group(), x);
+  y.reshape_like({n, o_.out_channels, out_ext_[0], out_ext_[1], out_ext_[2]});
+  ctx.backend->conv3d_forward(desc(n), xp.data(), weight_.value.data(), o_.bias ? bias_.value.data() : nullptr,
+                              y.data());
+}
+
+void Conv3d::backward(StepContext& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
+  int64_t n = x.dim(0);
+  ConvDesc d = desc(n);
+  const Tensor& xp = input_.saved(x);
+  ctx.backend->conv3d_backward_weights(d, xp.data(), dy.data(), weight_.grad.data(),
+                                       o_.bias ? bias_.grad.data() : nullptr);
+  if (input_.trivial()) {
+    dx.reshape_like(x.shape());
+    ctx.backend->conv3d_backward_data(d, dy.data(), weight_.value.data(), dx.data());
+    return;
+  }
+  dxp_.reshape_like(xp.shape());
+  ctx.backend->conv3d_backward_data(d, dy.data(), weight_.value.data(), dxp_.data());
+  input_.scatter_grad(ctx.grid->group(), dxp_, dx);
+}
+
+}  // namespace h3d

@@ -1,0 +1,37 @@
+// Conv3d: y[n, o, z] = b[o] + sum_{i, t} w[o, i, t] * x[n, i, z*s + t - p_lo]
+// x: [n, Cin, block], w: [Cout, Cin, k, k, k] (PyTorch's layout), b: [Cout].
+// Kernel 1..5, stride 1 or 2, padding valid / half (k/2) / same; bias optional.
+// Halo: what the padded window reaches outside the own block (see
+// Distribution). Backward: dx on the padded box, halo part sent back and
+// added by its owners; dw and db are partial sums over the own outputs.
+#pragma once
+#include "hybrid3d/layers/window_layer.hpp"
+
+namespace h3d {
+
+struct Conv3dOptions {
+  int64_t in_channels = 1, out_channels = 1;
+  int kernel = 3, stride = 1;
+  Padding padding = Padding::kHalf;
+  bool bias = true;
+};
+
+class Conv3d : public Layer {
+ public:
+  Conv3d(std::string name, Conv3dOptions o, uint64_t seed);
+  ActShape setup(const ActShape& in, const ProcessGrid& grid) override;
+  void forward(StepContext& ctx, const Tensor& x, Tensor& y) override;
+  void backward(StepContext& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+  std::vector<Param*> params() override;
+  const Conv3dOptions& options() const { return o_; }
+
+ private:
+  ConvDesc desc(int64_t n) const;
+  Conv3dOptions o_;
+  Param weight_, bias_;
+  PaddedInput input_;
+  std::array<int64_t, 3> out_ext_{};
+  Tensor dxp_;
+};
+
+}  // namespace h3d

@@ -1,0 +1,82 @@
+// Layer: one step of a network on local (per-rank) tensors.
+//
+// setup() is called once, before training, with the input's ActShape; it
+// validates (a layout that cannot split this layer is a UsageError naming
+// it), builds plans (halo exchange, primitive shapes) and returns the output
+// ActShape. forward()/backward() then only execute.
+//
+// Spatial activations are [n, C, block] where block is this rank's box of
+// `dist`; dense ones are [n, F], identical on every rank of a spatial group.
+// n is the number of samples of this rank's data group.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hybrid3d/backend/backend.hpp"
+#include "hybrid3d/core/tensor.hpp"
+#include "hybrid3d/dist/distribution.hpp"
+#include "hybrid3d/dist/process_grid.hpp"
+
+namespace h3d {
+
+// How the gradient of a parameter is completed across ranks.
+enum class GradReduce {
+  kPartialSum,       // each rank holds a partial sum over its block/samples: sum over all ranks
+  kGroupReplicated,  // identical on every rank of a group: sum over data groups only
+  kComplete,         // already the global value (the layer reduced it itself)
+};
+
+struct Param {
+  std::string name;  // PyTorch state_dict name
+  Tensor value, grad;
+  GradReduce reduce = GradReduce::kPartialSum;
+};
+
+// Non-trained state saved in checkpoints (batch-norm running statistics).
+struct StateBuffer {
+  std::string name;
+  Tensor value;
+  bool is_integer = false;  // saved as I64 (num_batches_tracked)
+};
+
+struct ActShape {
+  bool spatial = true;
+  int64_t channels = 0;  // spatial: C
+  Distribution dist;     // spatial: the blocks
+  int64_t features = 0;  // dense: F
+  std::vector<int64_t> local_shape(int64_t n, int spatial_rank) const;
+};
+
+struct StepContext {
+  Backend* backend = nullptr;
+  const ProcessGrid* grid = nullptr;
+  bool training = true;
+  uint64_t seed = 0;
+  int64_t step = 0;
+  std::vector<int64_t> batch_positions;  // position in the global mini-batch of each local sample
+};
+
+class Layer {
+ public:
+  explicit Layer(std::string name) : name_(std::move(name)) {}
+  virtual ~Layer() = default;
+  const std::string& name() const { return name_; }
+
+  virtual ActShape setup(const ActShape& in, const ProcessGrid& grid) = 0;
+  virtual void forward(StepContext& ctx, const Tensor& x, Tensor& y) = 0;
+  // x and y are the tensors of the forward pass; dx is overwritten.
+  virtual void backward(StepContext& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) = 0;
+  virtual std::vector<Param*> params() { return {}; }
+  virtual std::vector<StateBuffer*> buffers() { return {}; }
+
+ protected:
+  std::string name_;
+};
+
+// Deterministic PyTorch-default initialisation: U(-1/sqrt(fan_in), 1/sqrt(fan_in)),
+// a pure function of (seed, parameter name, element index).
+void init_uniform_fan_in(Tensor& t, int64_t fan_in, uint64_t seed, const std::string& name);
+
+}  // namespace h3d

@@ -1,0 +1,34 @@
+// Linear: y[n, o] = b[o] + sum_f W[o, f] x[n, f], W: [out, in] (PyTorch's layout).
+//
+// On a dense input (the head) it is computed identically on every rank of
+// a spatial group, and its gradients are group-replicated.
+//
+// On a spatial input it is Flatten + Linear in one, by partial products:
+// each rank multiplies its own block (flattened in PyTorch's (C, D, H, W)
+// order, so its features are a scattered subset of the columns of W) by
+// those columns, and one allreduce of [n, out] over the group sums the
+// parts. No rank ever gathers the whole activation; dW gets disjoint column
+// blocks per rank (a partial sum), dx = dy W[:, own] needs no communication.
+#pragma once
+#include "hybrid3d/layers/layer.hpp"
+
+namespace h3d {
+
+class Linear : public Layer {
+ public:
+  Linear(std::string name, int64_t in_features, int64_t out_features, uint64_t seed);
+  ActShape setup(const ActShape& in, const ProcessGrid& grid) override;
+  void forward(StepContext& ctx, const Tensor& x, Tensor& y) override;
+  void backward(StepContext& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+  std::vector<Param*> params() override { return {&weight_, &bias_}; }
+
+ private:
+  const float* local_weight();  // W[:, own columns], contiguous
+  int64_t in_, out_;
+  Param weight_, bias_;
+  bool spatial_ = false;
+  std::vector<int64_t> columns_;  // global flatten index of each local feature
+  Tensor w_local_, dw_local_;
+};
+
+}  // namespace h3d

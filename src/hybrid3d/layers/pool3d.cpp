@@ -1,0 +1,61 @@
+#include "hybrid3d/layers/pool3d.hpp"
+
+#include <limits>
+
+#include "hybrid3d/core/error.hpp"
+
+namespace h3d {
+
+Pool3d::Pool3d(std::string name, PoolKind kind, int kernel, int stride, int padding)
+    : Layer(std::move(name)), kind_(kind) {
+  H3D_USAGE_CHECK(kernel >= 1 && stride >= 1 && padding >= 0 && 2 * padding <= kernel,
+                  "layer " << name_ << ": pooling kernel " << kernel << ", stride " << stride << ", padding "
+                           << padding << " is not valid (padding at most half the kernel)");
+  w_ = {kernel, stride, padding, padding};
+}
+
+ActShape Pool3d::setup(const ActShape& in, const ProcessGrid& grid) {
+  H3D_USAGE_CHECK(in.spatial, "layer " << name_ << " needs a spatial input");
+  channels_ = in.channels;
+  Window3D w{w_, w_, w_};
+  ActShape out = in;
+  out.dist = in.dist.through(w, name_);
+  float pad = kind_ == PoolKind::kMax ? -std::numeric_limits<float>::infinity() : 0.0f;
+  input_.plan(in.dist, w, out.dist, grid.spatial_rank(), pad);
+  out_ext_ = out.dist.box(grid.spatial_rank()).extents();
+  return out;
+}
+
+PoolDesc Pool3d::desc(int64_t n) const {
+  PoolDesc d;
+  d.kind = kind_;
+  d.n = n;
+  d.c = channels_;
+  d.in = input_.padded_extents();
+  d.out = out_ext_;
+  d.k = {w_.k, w_.k, w_.k};
+  d.stride = {w_.s, w_.s, w_.s};
+  return d;
+}
+
+void Pool3d::forward(StepContext& ctx, const Tensor& x, Tensor& y) {
+  int64_t n = x.dim(0);
+  const Tensor& xp = input_.gather(ctx.grid->group(), x);
+  y.reshape_like({n, channels_, out_ext_[0], out_ext_[1], out_ext_[2]});
+  ctx.backend->pool3d_forward(desc(n), xp.data(), y.data());
+}
+
+void Pool3d::backward(StepContext& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
+  int64_t n = x.dim(0);
+  const Tensor& xp = input_.saved(x);
+  if (input_.trivial()) {
+    dx.reshape_like(x.shape());
+    ctx.backend->pool3d_backward(desc(n), xp.data(), dy.data(), dx.data());
+    return;
+  }
+  dxp_.reshape_like(xp.shape());
+  ctx.backend->pool3d_backward(desc(n), xp.data(), dy.data(), dxp_.data());
+  input_.scatter_grad(ctx.grid->group(), dxp_, dx);
+}
+
+}  // namespace h3d

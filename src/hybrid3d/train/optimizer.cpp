@@ -1,0 +1,77 @@
+#include "hybrid3d/train/optimizer.hpp"
+
+#include <cmath>
+#include <unordered_map>
+
+#include "hybrid3d/core/error.hpp"
+
+namespace h3d {
+
+namespace {
+
+class Sgd : public Optimizer {
+ public:
+  explicit Sgd(OptimizerOptions o) : o_(o) {}
+  void step(const std::vector<Param*>& params, double lr) override {
+    for (auto* p : params) {
+      auto& v = velocity_[p];
+      bool first = v.empty();
+      if (first) v.assign(size_t(p->value.numel()), 0.0f);
+      for (int64_t i = 0; i < p->value.numel(); ++i) {
+        float g = p->grad[i] + float(o_.weight_decay) * p->value[i];
+        if (o_.momentum != 0.0) {
+          v[size_t(i)] = first ? g : float(o_.momentum) * v[size_t(i)] + g;
+          g = v[size_t(i)];
+        }
+        p->value[i] -= float(lr) * g;
+      }
+    }
+  }
+
+ private:
+  OptimizerOptions o_;
+  std::unordered_map<Param*, std::vector<float>> velocity_;
+};
+
+class Adam : public Optimizer {
+ public:
+  explicit Adam(OptimizerOptions o) : o_(o) {}
+  void step(const std::vector<Param*>& params, double lr) override {
+    ++t_;
+    double c1 = 1.0 - std::pow(o_.beta1, double(t_)), c2 = 1.0 - std::pow(o_.beta2, double(t_));
+    for (auto* p : params) {
+      auto& st = state_[p];
+      if (st.m.empty()) {
+        st.m.assign(size_t(p->value.numel()), 0.0f);
+        st.v.assign(size_t(p->value.numel()), 0.0f);
+      }
+      for (int64_t i = 0; i < p->value.numel(); ++i) {
+        size_t k = size_t(i);
+        float g = p->grad[i] + float(o_.weight_decay) * p->value[i];
+        st.m[k] = float(o_.beta1) * st.m[k] + float(1 - o_.beta1) * g;
+        st.v[k] = float(o_.beta2) * st.v[k] + float(1 - o_.beta2) * g * g;
+        float denom = float(std::sqrt(double(st.v[k]) / c2) + o_.eps);
+        p->value[i] -= float(lr / c1) * st.m[k] / denom;
+      }
+    }
+  }
+
+ private:
+  struct State {
+    std::vector<float> m, v;
+  };
+  OptimizerOptions o_;
+  int64_t t_ = 0;
+  std::unordered_map<Param*, State> state_;
+};
+
+}  // namespace
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& o) {
+  H3D_USAGE_CHECK(o.momentum >= 0 && o.momentum < 1, "--momentum " << o.momentum << " must be in [0, 1)");
+  if (o.kind == "sgd") return std::make_unique<Sgd>(o);
+  if (o.kind == "adam") return std::make_unique<Adam>(o);
+  H3D_THROW(UsageError, "--optimizer '" << o.kind << "' is unknown; use sgd or adam");
+}
+
+}  // namespace h3d

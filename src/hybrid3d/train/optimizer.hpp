@@ -1,0 +1,29 @@
+// Optimizers, with PyTorch's update rules so that runs compare one to one:
+//   SGD:  v = mu v + (g + wd p)   (v = g on the first step);  p -= lr v
+//   Adam: m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+//         p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+// Every rank applies the same update to the same (replicated) weights.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hybrid3d/layers/layer.hpp"
+
+namespace h3d {
+
+struct OptimizerOptions {
+  std::string kind = "sgd";
+  double momentum = 0.9, weight_decay = 0.0;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  virtual void step(const std::vector<Param*>& params, double lr) = 0;
+};
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& o);
+
+}  // namespace h3d

@@ -1,0 +1,276 @@
+#include "hybrid3d/train/trainer.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+
+#include "hybrid3d/core/error.hpp"
+#include "hybrid3d/core/rng.hpp"
+#include "hybrid3d/data/hdf5_source.hpp"
+#include "hybrid3d/data/synthetic_universe.hpp"
+#include "hybrid3d/train/safetensors.hpp"
+
+namespace h3d {
+
+namespace {
+
+constexpr int64_t kValIndexOffset = int64_t(1) << 40;  // synthetic validation ids never meet training ids
+
+std::unique_ptr<SampleSource> open_source(const std::string& spec, const TrainOptions& o, int64_t count,
+                                          int64_t offset) {
+  InputTransform t = parse_transform(o.transform);
+  if (spec == "synthetic")
+    return std::make_unique<SyntheticUniverses>(o.model.input_size, count, o.model.seed, offset, t);
+  return std::make_unique<Hdf5Universes>(spec, t);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string hms(double s) {
+  char buf[32];
+  int64_t t = int64_t(s + 0.5);
+  std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", (long long)(t / 3600), (long long)(t / 60 % 60),
+                (long long)(t % 60));
+  return buf;
+}
+
+}  // namespace
+
+Trainer::Trainer(const Comm& world, TrainOptions o) : o_(std::move(o)) {
+  grid_ = std::make_unique<ProcessGrid>(world, o_.spatial);
+  H3D_USAGE_CHECK(o_.batch_size >= grid_->data_groups(),
+                  "--batch-size " << o_.batch_size << " is smaller than the " << grid_->data_groups()
+                                  << " data-parallel groups (" << grid_->describe()
+                                  << "); use a batch of at least " << grid_->data_groups()
+                                  << " or more spatial ranks per sample");
+  backend_ = make_backend(o_.backend);
+  opt_ = make_optimizer(o_.optimizer);
+
+  train_src_ = open_source(o_.data, o_, o_.train_samples, 0);
+  if (!o_.val_data.empty()) {
+    val_src_ = open_source(o_.val_data, o_, o_.val_samples, o_.val_data == "synthetic" ? kValIndexOffset : 0);
+  } else if (o_.data == "synthetic" && o_.val_samples > 0) {
+    val_src_ = open_source("synthetic", o_, o_.val_samples, kValIndexOffset);
+  }
+  auto ext = train_src_->extent();
+  H3D_USAGE_CHECK(ext[0] == o_.model.input_size && ext[1] == ext[0] && ext[2] == ext[0],
+                  "the data (" << train_src_->describe() << ") does not match --input-size " << o_.model.input_size
+                               << "; use --input-size " << ext[0] << " (cubic samples)");
+  H3D_USAGE_CHECK(train_src_->channels() == o_.model.in_channels,
+                  "the data has " << train_src_->channels() << " channels, the model expects " << o_.model.in_channels);
+  if (val_src_)
+    H3D_USAGE_CHECK(val_src_->extent() == ext && val_src_->channels() == train_src_->channels(),
+                    "--val-data (" << val_src_->describe() << ") does not match the training data (" << train_src_->describe() << ")");
+  H3D_USAGE_CHECK(train_src_->size() >= o_.batch_size, "the training set has " << train_src_->size()
+                                                                                << " samples, fewer than --batch-size "
+                                                                                << o_.batch_size);
+
+  net_ = build_model(o_.model);
+  ActShape in;
+  in.channels = o_.model.in_channels;
+  in.dist = Distribution::balanced(ext, grid_->spatial(), model_alignment(o_.model));
+  in.dist.require_nonempty("input");
+  net_.setup(in, *grid_);
+  block_ = in.dist.box(grid_->spatial_rank());
+  if (!o_.init.empty()) load_init(o_.init);
+
+  steps_per_epoch_ = train_src_->size() / o_.batch_size;
+  H3D_USAGE_CHECK(!(o_.steps > 0 && o_.epochs > 0), "give --steps or --epochs, not both");
+  total_steps_ = o_.steps > 0 ? o_.steps : std::max<int64_t>(1, o_.epochs) * steps_per_epoch_;
+  o_.schedule.total_steps = total_steps_;
+  o_.schedule.validate();
+  metrics_.open(o_.metrics, world.rank() == 0);
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::load_init(const std::string& path) {
+  auto tensors = load_safetensors(path);
+  for (auto* p : net_.params()) {
+    auto it = tensors.find(p->name);
+    H3D_USAGE_CHECK(it != tensors.end(), "--init '" << path << "' has no tensor '" << p->name << "' for this model");
+    H3D_USAGE_CHECK(it->second.shape == p->value.shape(),
+                    "--init '" << path << "': tensor '" << p->name << "' has the wrong shape for this model (expected "
+                               << p->value.shape_str() << ")");
+    std::copy(it->second.data.begin(), it->second.data.end(), p->value.data());
+  }
+  for (auto* b : net_.buffers()) {
+    auto it = tensors.find(b->name);
+    if (it != tensors.end() && int64_t(it->second.data.size()) == b->value.numel())
+      std::copy(it->second.data.begin(), it->second.data.end(), b->value.data());
+  }
+}
+
+std::vector<int64_t> Trainer::global_batch(int64_t step) const {
+  // A global shuffle per epoch from (seed, epoch): Fisher-Yates on a
+  // counter-based stream, identical on every rank and every layout.
+  int64_t n = train_src_->size(), epoch = step / steps_per_epoch_, pos = step % steps_per_epoch_;
+  std::vector<int64_t> perm(static_cast<size_t>(n));
+  std::iota(perm.begin(), perm.end(), 0);
+  for (int64_t i = n - 1; i > 0; --i) {
+    int64_t j = int64_t(hash_key(o_.model.seed, 0x5A3F1E ^ uint64_t(epoch), uint64_t(i)) % uint64_t(i + 1));
+    std::swap(perm[size_t(i)], perm[size_t(j)]);
+  }
+  return std::vector<int64_t>(perm.begin() + pos * o_.batch_size, perm.begin() + (pos + 1) * o_.batch_size);
+}
+
+void Trainer::local_range(int64_t& lo, int64_t& hi) const {
+  int64_t g = grid_->group_index(), G = grid_->data_groups();
+  lo = g * o_.batch_size / G;
+  hi = (g + 1) * o_.batch_size / G;
+}
+
+void Trainer::load_batch(SampleSource& src, const std::vector<int64_t>& ids, Tensor& x, std::vector<float>& t) {
+  int64_t c = src.channels(), vol = block_.volume(), n = int64_t(ids.size());
+  auto e = block_.extents();
+  x.reshape_like({n, c, e[0], e[1], e[2]});
+  t.assign(size_t(n * SampleSource::kTargets), 0.0f);
+  for (int64_t s = 0; s < n; ++s)
+    src.load(ids[size_t(s)], block_, x.data() + s * c * vol, t.data() + s * SampleSource::kTargets);
+}
+
+double Trainer::train_step(int64_t step) {
+  auto ids = global_batch(step);
+  int64_t lo, hi;
+  local_range(lo, hi);
+  std::vector<int64_t> mine(ids.begin() + lo, ids.begin() + hi);
+  load_batch(*train_src_, mine, input_, targets_);
+
+  StepContext ctx{backend_.get(), grid_.get(), true, o_.model.seed, step, {}};
+  for (int64_t p = lo; p < hi; ++p) ctx.batch_positions.push_back(p);
+  output_ = net_.forward(ctx, input_);
+
+  // MSE over the global mini-batch: the head is replicated in each group, so
+  // summing over one rank per group (the replicas communicator) is exact.
+  const double denom = double(o_.batch_size) * SampleSource::kTargets;
+  double sse = 0;
+  dout_.reshape_like(output_.shape());
+  for (int64_t i = 0; i < output_.numel(); ++i) {
+    double d = double(output_[i]) - targets_[size_t(i)];
+    sse += d * d;
+    dout_[i] = float(2.0 * d / denom);
+  }
+  grid_->replicas().allreduce_sum(&sse, 1);
+  double loss = sse / denom;
+  if (!std::isfinite(loss))
+    H3D_THROW(UsageError, "the loss is " << loss << " at step " << step
+                                          << "; training stopped (lower --lr, or check the input data and --transform)");
+  net_.backward(ctx, dout_);
+  reducer_.reduce(*grid_, net_.params());
+  opt_->step(net_.params(), o_.schedule.at(step));
+  return loss;
+}
+
+ValidationResult Trainer::validate() {
+  ValidationResult r;
+  if (!val_src_) return r;
+  int64_t batches = val_src_->size() / o_.batch_size, lo, hi;
+  local_range(lo, hi);
+  std::vector<double> acc(9, 0.0);  // sse[4], sae[4], count
+  Tensor x;
+  std::vector<float> t;
+  for (int64_t b = 0; b < batches; ++b) {
+    std::vector<int64_t> mine;
+    for (int64_t p = lo; p < hi; ++p) mine.push_back(b * o_.batch_size + p);
+    load_batch(*val_src_, mine, x, t);
+    StepContext ctx{backend_.get(), grid_.get(), false, o_.model.seed, 0, {}};
+    for (int64_t p = lo; p < hi; ++p) ctx.batch_positions.push_back(p);
+    const Tensor& y = net_.forward(ctx, x);
+    for (int64_t i = 0; i < y.numel(); ++i) {
+      double d = double(y[i]) - t[size_t(i)];
+      acc[size_t(i % 4)] += d * d;
+      acc[size_t(4 + i % 4)] += std::abs(d);
+    }
+    acc[8] += double(hi - lo);
+  }
+  grid_->replicas().allreduce_sum(acc.data(), int64_t(acc.size()));
+  r.samples = int64_t(acc[8]);
+  if (r.samples == 0) return r;
+  for (int j = 0; j < 4; ++j) {
+    r.mse_per_param[size_t(j)] = acc[size_t(j)] / acc[8];
+    r.mae_per_param[size_t(j)] = acc[size_t(4 + j)] / acc[8];
+    r.mse += r.mse_per_param[size_t(j)] / 4;
+  }
+  return r;
+}
+
+void Trainer::check_replicas_identical() {
+  // FNV-1a over the bits of every weight; min and max over ranks must agree.
+  uint64_t h = 1469598103934665603ull;
+  for (auto* p : net_.params())
+    for (int64_t i = 0; i < p->value.numel(); ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &p->value[i], 4);
+      h = (h ^ bits) * 1099511628211ull;
+    }
+  double v = double(h >> 12);
+  double mx = grid_->world().allreduce_max(v), mn = -grid_->world().allreduce_max(-v);
+  H3D_CHECK(mx == mn, "the ranks' weights differ after training (an internal error: please report it)");
+}
+
+void Trainer::save(const std::string& path) {
+  if (grid_->world().rank() != 0) return;
+  std::vector<NamedTensor> ts;
+  for (auto* p : net_.params()) ts.push_back({p->name, &p->value, false});
+  for (auto* b : net_.buffers()) ts.push_back({b->name, &b->value, b->is_integer});
+  save_safetensors(path, ts, {{"model", o_.model.model}, {"input_size", std::to_string(o_.model.input_size)}});
+}
+
+void Trainer::run() {
+  const bool root = grid_->world().rank() == 0;
+  auto say = [&](const std::string& s) {
+    if (root && !o_.quiet) std::printf("%s\n", s.c_str()), std::fflush(stdout);
+  };
+  say("hybrid3d: " + grid_->describe() + ", backend " + backend_->name());
+  say("model " + o_.model.model + ": " + net_.summary());
+  say("data: " + train_src_->describe() + (val_src_ ? "; validation: " + val_src_->describe() : ""));
+  auto t0 = std::chrono::steady_clock::now();
+  int64_t val_every = o_.val_every > 0 ? o_.val_every : steps_per_epoch_;
+  auto run_validation = [&](int64_t step) {
+    if (!val_src_) return;
+    ValidationResult v = validate();
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "validation at step %lld: mse %.4f (per parameter %.4f %.4f %.4f %.4f), %lld samples",
+                  (long long)step, v.mse, v.mse_per_param[0], v.mse_per_param[1], v.mse_per_param[2],
+                  v.mse_per_param[3], (long long)v.samples);
+    say(buf);
+    metrics_.write({{"type", "val"}, {"step", step}, {"mse", v.mse}, {"mse_per_param", v.mse_per_param},
+                    {"mae_per_param", v.mae_per_param}, {"samples", v.samples}});
+  };
+  double window_t = 0;
+  int64_t window_n = 0;
+  for (int64_t step = 0; step < total_steps_; ++step) {
+    auto ts = std::chrono::steady_clock::now();
+    double loss = train_step(step);
+    double dt = seconds_since(ts);
+    window_t += dt;
+    ++window_n;
+    double sps = double(o_.batch_size) / dt;
+    metrics_.write({{"type", "train"}, {"step", step}, {"epoch", step / steps_per_epoch_}, {"loss", loss},
+                    {"lr", o_.schedule.at(step)}, {"step_time_s", dt}, {"samples_per_s", sps}});
+    if ((step + 1) % o_.log_every == 0 || step + 1 == total_steps_) {
+      double avg = window_t / double(window_n);
+      char buf[256];
+      std::snprintf(buf, sizeof buf, "step %lld/%lld  loss %.5f  lr %.2e  %.2f samples/s  elapsed %s  left %s",
+                    (long long)(step + 1), (long long)total_steps_, loss, o_.schedule.at(step),
+                    double(o_.batch_size) / avg, hms(seconds_since(t0)).c_str(),
+                    hms(avg * double(total_steps_ - step - 1)).c_str());
+      say(buf);
+      window_t = 0;
+      window_n = 0;
+    }
+    if ((step + 1) % val_every == 0 && step + 1 != total_steps_) run_validation(step + 1);
+  }
+  run_validation(total_steps_);
+  check_replicas_identical();
+  if (!o_.save.empty()) {
+    save(o_.save);
+    say("saved " + o_.save);
+  }
+}
+
+}  // namespace h3d

@@ -1,0 +1,87 @@
+// Trainer: one training job over a ProcessGrid.
+//
+// Per step: the sampler picks the global mini-batch (the same sample ids
+// whatever the layout); each data group takes its contiguous share of it and
+// each rank loads only its block of those samples; forward; the MSE loss is
+// the mean over the global mini-batch; backward; gradients are completed
+// across ranks; every rank applies the same optimizer update.
+#pragma once
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hybrid3d/backend/backend.hpp"
+#include "hybrid3d/data/sample_source.hpp"
+#include "hybrid3d/models/cosmoflow.hpp"
+#include "hybrid3d/train/grad_reducer.hpp"
+#include "hybrid3d/train/lr_schedule.hpp"
+#include "hybrid3d/train/metrics.hpp"
+#include "hybrid3d/train/optimizer.hpp"
+
+namespace h3d {
+
+struct TrainOptions {
+  ModelOptions model;
+  std::array<int, 3> spatial{1, 1, 1};
+  int64_t batch_size = 1;  // global
+  int64_t steps = 0, epochs = 0;
+  OptimizerOptions optimizer;
+  LrSchedule schedule;
+  std::string data = "synthetic", val_data;
+  int64_t train_samples = 64, val_samples = 16;  // synthetic only
+  std::string transform = "log1p";
+  std::string init, save, metrics;
+  std::string backend = "cpu";
+  int64_t log_every = 10, val_every = 0;  // 0: at the end of each epoch
+  bool quiet = false;
+};
+
+struct ValidationResult {
+  double mse = 0;
+  std::array<double, 4> mse_per_param{}, mae_per_param{};
+  int64_t samples = 0;
+};
+
+class Trainer {
+ public:
+  // Collective. Validates everything (flags, layout against every layer,
+  // data shapes, --init file) before returning.
+  Trainer(const Comm& world, TrainOptions o);
+  ~Trainer();
+
+  void run();                         // the whole job: steps, validation, --save
+  double train_step(int64_t step);    // one step; returns the global loss
+  ValidationResult validate();
+
+  Network& network() { return net_; }
+  const ProcessGrid& grid() const { return *grid_; }
+  const Tensor& last_input() const { return input_; }
+  const Tensor& last_output() const { return output_; }
+  int64_t steps_per_epoch() const { return steps_per_epoch_; }
+  int64_t total_steps() const { return total_steps_; }
+  void save(const std::string& path);
+  // Throws unless every rank holds bitwise the same weights.
+  void check_replicas_identical();
+
+ private:
+  void load_batch(SampleSource& src, const std::vector<int64_t>& ids, Tensor& x, std::vector<float>& targets);
+  std::vector<int64_t> global_batch(int64_t step) const;
+  void local_range(int64_t& lo, int64_t& hi) const;
+  void load_init(const std::string& path);
+
+  TrainOptions o_;
+  std::unique_ptr<ProcessGrid> grid_;
+  std::unique_ptr<Backend> backend_;
+  Network net_;
+  std::unique_ptr<SampleSource> train_src_, val_src_;
+  std::unique_ptr<Optimizer> opt_;
+  GradientReducer reducer_;
+  MetricsLog metrics_;
+  Box block_;
+  int64_t steps_per_epoch_ = 1, total_steps_ = 0;
+  Tensor input_, output_, dout_;
+  std::vector<float> targets_;
+};
+
+}  // namespace h3d
