@@ -1,0 +1,146 @@
+// Distributed equals serial, layer by layer: forward output, input gradient
+// and (reduced) parameter gradients of every layer under every layout of this
+// world size, against the same layer run on one rank with the whole batch.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <memory>
+
+#include "hybrid3d/backend/cpu/cpu_backend.hpp"
+#include "hybrid3d/core/error.hpp"
+#include "hybrid3d/layers/activation.hpp"
+#include "hybrid3d/layers/batchnorm3d.hpp"
+#include "hybrid3d/layers/conv3d.hpp"
+#include "hybrid3d/layers/dropout.hpp"
+#include "hybrid3d/layers/linear.hpp"
+#include "hybrid3d/layers/pool3d.hpp"
+#include "hybrid3d/train/grad_reducer.hpp"
+#include "layouts.hpp"
+#include "test_util.hpp"
+
+using namespace h3d;
+
+namespace {
+
+constexpr int64_t kBatch = 2, kChannels = 3;
+const std::array<int64_t, 3> kExtent{8, 6, 10};
+
+struct Result {
+  Tensor y, dx;
+  std::vector<Tensor> grads;
+};
+
+using Factory = std::function<std::unique_ptr<Layer>()>;
+
+// Runs one forward/backward of a fresh layer on `comm` with `layout`;
+// returns this rank's blocks. Throws UsageError if the layout cannot split it.
+Result run(const Factory& make, const Comm& comm, std::array<int, 3> layout, int64_t& lo, int64_t& hi) {
+  ProcessGrid grid(comm, layout);
+  auto layer = make();
+  ActShape in;
+  in.channels = kChannels;
+  in.dist = Distribution::balanced(kExtent, layout);
+  ActShape out = layer->setup(in, grid);
+  lo = grid.group_index() * kBatch / grid.data_groups();
+  hi = (grid.group_index() + 1) * kBatch / grid.data_groups();
+  Box box = in.dist.box(grid.spatial_rank());
+  Tensor x = test::global_random(1, hi - lo, kChannels, box, kExtent, lo);
+  CpuBackend backend;
+  StepContext ctx{&backend, &grid, true, 99, 5, {}};
+  for (int64_t p = lo; p < hi; ++p) ctx.batch_positions.push_back(p);
+  Result r;
+  layer->forward(ctx, x, r.y);
+  Tensor dy;
+  if (out.spatial) {
+    dy = test::global_random(2, hi - lo, out.channels, out.dist.box(grid.spatial_rank()), out.dist.extent(), lo);
+  } else {
+    dy.resize({hi - lo, out.features});
+    for (int64_t i = 0; i < dy.numel(); ++i) dy[i] = float(0.01 * double((i + lo * out.features) % 17) - 0.08);
+  }
+  layer->backward(ctx, x, r.y, dy, r.dx);
+  GradientReducer red;
+  red.reduce(grid, layer->params());
+  for (auto* p : layer->params()) r.grads.push_back(p->grad);
+  return r;
+}
+
+void expect_equivalent(const std::string& what, const Factory& make) {
+  Comm world = Comm::borrow(MPI_COMM_WORLD);
+  Comm self = Comm::borrow(MPI_COMM_SELF);
+  Result serial;
+  int64_t slo, shi;
+  if (world.rank() == 0) serial = run(make, self, {1, 1, 1}, slo, shi);
+  test::bcast_tensor(world, serial.y);
+  test::bcast_tensor(world, serial.dx);
+  size_t np = make()->params().size();
+  serial.grads.resize(np);
+  for (auto& g : serial.grads) test::bcast_tensor(world, g);
+
+  for (auto layout : test::layouts_for(world.size())) {
+    std::string tag = what + " on " + test::name(layout) + " (" + std::to_string(world.size()) + " ranks)";
+    int64_t lo, hi;
+    Result r;
+    try {
+      r = run(make, world, layout, lo, hi);
+    } catch (const UsageError& e) {
+      // Every rank refuses the same layout before any communication.
+      if (world.rank() == 0) std::printf("[ refused  ] %s: %s\n", tag.c_str(), e.what());
+      continue;
+    }
+    ProcessGrid grid(world, layout);
+    ActShape in;
+    in.channels = kChannels;
+    in.dist = Distribution::balanced(kExtent, layout);
+    auto layer = make();
+    ActShape out = layer->setup(in, grid);
+    if (out.spatial) {
+      EXPECT_LT(test::rel_diff(r.y, test::block_of(serial.y, out.dist.box(grid.spatial_rank()), lo, hi - lo)),
+                test::kTol)
+          << tag << " forward";
+    } else {
+      Tensor rows({hi - lo, out.features});
+      std::copy_n(serial.y.data() + lo * out.features, rows.numel(), rows.data());
+      EXPECT_LT(test::rel_diff(r.y, rows), test::kTol) << tag << " forward";
+    }
+    EXPECT_LT(test::rel_diff(r.dx, test::block_of(serial.dx, in.dist.box(grid.spatial_rank()), lo, hi - lo)),
+              test::kTol)
+        << tag << " input gradient";
+    for (size_t i = 0; i < np; ++i)
+      EXPECT_LT(test::rel_diff(r.grads[i], serial.grads[i]), test::kTol) << tag << " gradient of parameter " << i;
+  }
+}
+
+TEST(LayerEquivalence, Conv3d) {
+  struct C { int k, s; Padding p; bool bias; };
+  for (C c : {C{1, 1, Padding::kValid, true}, C{2, 1, Padding::kSame, true}, C{3, 1, Padding::kHalf, false},
+              C{3, 1, Padding::kValid, true}, C{3, 2, Padding::kHalf, true}, C{4, 1, Padding::kSame, false},
+              C{5, 1, Padding::kHalf, true}, C{2, 2, Padding::kValid, false}}) {
+    std::string what = "conv k" + std::to_string(c.k) + " s" + std::to_string(c.s) + " pad" +
+                       std::to_string(int(c.p)) + (c.bias ? " bias" : "");
+    expect_equivalent(what, [c] {
+      return std::make_unique<Conv3d>("conv", Conv3dOptions{kChannels, 4, c.k, c.s, c.p, c.bias}, 7);
+    });
+  }
+}
+
+TEST(LayerEquivalence, Pooling) {
+  for (auto kind : {PoolKind::kMax, PoolKind::kAvg})
+    for (int k : {2, 3})
+      expect_equivalent(std::string(kind == PoolKind::kMax ? "maxpool" : "avgpool") + " k" + std::to_string(k),
+                        [=] { return std::make_unique<Pool3d>("pool", kind, k, 2, k == 3 ? 1 : 0); });
+}
+
+TEST(LayerEquivalence, BatchNormActivationsDropout) {
+  expect_equivalent("batchnorm", [] { return std::make_unique<BatchNorm3d>("bn", kChannels); });
+  expect_equivalent("leaky relu", [] { return std::make_unique<Activation>("a", ActKind::kLeakyRelu, 0.3f); });
+  expect_equivalent("tanh", [] { return std::make_unique<Activation>("a", ActKind::kTanh); });
+  expect_equivalent("dropout", [] { return std::make_unique<Dropout>("drop", 0.5f); });
+}
+
+TEST(LayerEquivalence, FlattenLinear) {
+  expect_equivalent("flatten+linear", [] {
+    return std::make_unique<Linear>("fc1", kChannels * kExtent[0] * kExtent[1] * kExtent[2], 5, 3);
+  });
+}
+
+}  // namespace

@@ -1,0 +1,96 @@
+// The oneDNN backend against the reference loops, op by op.
+#include <gtest/gtest.h>
+
+#include "hybrid3d/backend/cpu/cpu_backend.hpp"
+#include "hybrid3d/backend/ref/ref_backend.hpp"
+#include "hybrid3d/layers/window_layer.hpp"
+#include "hybrid3d/core/rng.hpp"
+#include "test_util.hpp"
+
+using namespace h3d;
+
+namespace {
+
+Tensor rnd(std::vector<int64_t> shape, uint64_t seed) {
+  Tensor t(shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t[i] = float(2.0 * uniform01(seed, 5, uint64_t(i)) - 1.0);
+  return t;
+}
+
+struct ConvCase {
+  int k, stride;
+  Padding pad;
+  bool bias;
+};
+
+class ConvBackends : public ::testing::TestWithParam<ConvCase> {};
+
+TEST_P(ConvBackends, CpuMatchesReference) {
+  auto c = GetParam();
+  Window1D w = make_window(c.k, c.stride, c.pad);
+  ConvDesc d;
+  d.n = 2;
+  d.cin = 3;
+  d.cout = 5;
+  d.in = {7, 6, 9};
+  for (int i = 0; i < 3; ++i) d.out[size_t(i)] = w.out_extent(d.in[size_t(i)]);
+  d.k = {c.k, c.k, c.k};
+  d.stride = {c.stride, c.stride, c.stride};
+  d.pad_lo = {w.p_lo, w.p_lo, w.p_lo};
+  d.pad_hi = {w.p_hi, w.p_hi, w.p_hi};
+  d.bias = c.bias;
+  Tensor x = rnd({d.n, d.cin, d.in[0], d.in[1], d.in[2]}, 1), wt = rnd({d.cout, d.cin, c.k, c.k, c.k}, 2),
+         b = rnd({d.cout}, 3), dy = rnd({d.n, d.cout, d.out[0], d.out[1], d.out[2]}, 4);
+  RefBackend ref;
+  CpuBackend cpu;
+  Tensor y1(dy.shape()), y2(dy.shape()), dx1(x.shape()), dx2(x.shape()), dw1(wt.shape()), dw2(wt.shape()),
+      db1({d.cout}), db2({d.cout});
+  ref.conv3d_forward(d, x.data(), wt.data(), b.data(), y1.data());
+  cpu.conv3d_forward(d, x.data(), wt.data(), b.data(), y2.data());
+  EXPECT_LT(test::rel_diff(y2, y1), test::kTol);
+  ref.conv3d_backward_data(d, dy.data(), wt.data(), dx1.data());
+  cpu.conv3d_backward_data(d, dy.data(), wt.data(), dx2.data());
+  EXPECT_LT(test::rel_diff(dx2, dx1), test::kTol);
+  ref.conv3d_backward_weights(d, x.data(), dy.data(), dw1.data(), db1.data());
+  cpu.conv3d_backward_weights(d, x.data(), dy.data(), dw2.data(), db2.data());
+  EXPECT_LT(test::rel_diff(dw2, dw1), test::kTol);
+  if (c.bias) EXPECT_LT(test::rel_diff(db2, db1), test::kTol);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, ConvBackends,
+                         ::testing::Values(ConvCase{1, 1, Padding::kValid, true}, ConvCase{2, 1, Padding::kSame, true},
+                                           ConvCase{3, 1, Padding::kHalf, false}, ConvCase{3, 2, Padding::kHalf, false},
+                                           ConvCase{4, 1, Padding::kSame, true}, ConvCase{5, 1, Padding::kHalf, true},
+                                           ConvCase{5, 2, Padding::kValid, false}, ConvCase{2, 2, Padding::kValid, true}));
+
+TEST(GemmBackends, AllTransposes) {
+  RefBackend ref;
+  CpuBackend cpu;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      int64_t m = 5, n = 7, k = 9;
+      Tensor a = rnd({m * k}, 11), b = rnd({k * n}, 12), c1({m * n}), c2({m * n});
+      ref.gemm(ta, tb, m, n, k, 1.0f, a.data(), ta ? m : k, b.data(), tb ? k : n, 0.0f, c1.data(), n);
+      cpu.gemm(ta, tb, m, n, k, 1.0f, a.data(), ta ? m : k, b.data(), tb ? k : n, 0.0f, c2.data(), n);
+      EXPECT_LT(test::rel_diff(c2, c1), test::kTol) << ta << tb;
+    }
+}
+
+TEST(PoolReference, MaxAndAvgByHand) {
+  RefBackend ref;
+  PoolDesc d;
+  d.in = {2, 2, 2};
+  d.out = {1, 1, 1};
+  Tensor x({1, 1, 2, 2, 2});
+  for (int i = 0; i < 8; ++i) x[i] = float(i == 5 ? 10 : i);
+  Tensor y({1, 1, 1, 1, 1}), dx(x.shape()), dy({1, 1, 1, 1, 1}, 1.0f);
+  ref.pool3d_forward(d, x.data(), y.data());
+  EXPECT_EQ(y[0], 10.0f);
+  ref.pool3d_backward(d, x.data(), dy.data(), dx.data());
+  EXPECT_EQ(dx[5], 1.0f);
+  d.kind = PoolKind::kAvg;
+  ref.pool3d_forward(d, x.data(), y.data());
+  EXPECT_FLOAT_EQ(y[0], (0 + 1 + 2 + 3 + 4 + 10 + 6 + 7) / 8.0f);
+}
+
+}  // namespace

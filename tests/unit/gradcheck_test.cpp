@@ -1,0 +1,149 @@
+// Finite-difference gradient checks of every layer, on one rank with the
+// reference backend: the loss L = sum(y * r) for a fixed random r, central
+// differences for sampled input elements and parameters, against backward.
+// Layers store fp32, the reference accumulates in double; the step is 1e-2
+// (conv, linear and average pooling are linear, so their differences are
+// exact up to rounding).
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <memory>
+
+#include "hybrid3d/backend/ref/ref_backend.hpp"
+#include "hybrid3d/core/rng.hpp"
+#include "hybrid3d/layers/activation.hpp"
+#include "hybrid3d/layers/batchnorm3d.hpp"
+#include "hybrid3d/layers/conv3d.hpp"
+#include "hybrid3d/layers/dropout.hpp"
+#include "hybrid3d/layers/linear.hpp"
+#include "hybrid3d/layers/pool3d.hpp"
+#include "test_util.hpp"
+
+using namespace h3d;
+
+namespace {
+
+struct Harness {
+  Comm self = Comm::borrow(MPI_COMM_SELF);
+  ProcessGrid grid{self, {1, 1, 1}};
+  RefBackend ref;
+  StepContext ctx() {
+    StepContext c{&ref, &grid, true, 42, 3, {0, 1}};
+    return c;
+  }
+};
+
+double loss_of(Layer& l, Harness& h, const Tensor& x, const Tensor& r) {
+  Tensor y;
+  auto ctx = h.ctx();
+  l.forward(ctx, x, y);
+  double s = 0;
+  for (int64_t i = 0; i < y.numel(); ++i) s += double(y[i]) * r[i];
+  return s;
+}
+
+void check_gradients(Layer& layer, const ActShape& in, Tensor x, int64_t n = 2) {
+  Harness h;
+  ActShape out = layer.setup(in, h.grid);
+  auto ctx = h.ctx();
+  Tensor y, dx;
+  layer.forward(ctx, x, y);
+  Tensor r(y.shape());
+  for (int64_t i = 0; i < r.numel(); ++i) r[i] = float(2 * uniform01(9, 1, uint64_t(i)) - 1);
+  layer.backward(ctx, x, y, r, dx);
+  ASSERT_EQ(dx.shape(), x.shape());
+  const double eps = 1e-2;
+  auto check = [&](float* v, float analytic, const std::string& what) {
+    float keep = *v;
+    *v = keep + float(eps);
+    double lp = loss_of(layer, h, x, r);
+    *v = keep - float(eps);
+    double lm = loss_of(layer, h, x, r);
+    *v = keep;
+    double fd = (lp - lm) / (2 * eps);
+    EXPECT_NEAR(analytic, fd, 2e-3 + 1e-2 * std::abs(fd)) << layer.name() << " " << what;
+  };
+  // Snapshot parameter gradients before probing (forward may not touch them,
+  // but be explicit).
+  std::vector<Tensor> grads;
+  for (auto* p : layer.params()) grads.push_back(p->grad);
+  for (int t = 0; t < 24; ++t) {
+    int64_t i = int64_t(hash_key(5, 6, uint64_t(t)) % uint64_t(x.numel()));
+    check(&x[i], dx[i], "input[" + std::to_string(i) + "]");
+  }
+  auto ps = layer.params();
+  for (size_t p = 0; p < ps.size(); ++p)
+    for (int t = 0; t < 12; ++t) {
+      int64_t i = int64_t(hash_key(7, p, uint64_t(t)) % uint64_t(ps[p]->value.numel()));
+      check(&ps[p]->value[i], grads[p][i], ps[p]->name + "[" + std::to_string(i) + "]");
+    }
+  (void)out;
+  (void)n;
+}
+
+ActShape spatial(int64_t c, std::array<int64_t, 3> e) {
+  ActShape s;
+  s.channels = c;
+  s.dist = Distribution::balanced(e, {1, 1, 1});
+  return s;
+}
+
+Tensor input(int64_t n, int64_t c, std::array<int64_t, 3> e) {
+  Box b{{Range{0, e[0]}, Range{0, e[1]}, Range{0, e[2]}}};
+  return test::global_random(3, n, c, b, e);
+}
+
+TEST(GradCheck, Conv3dAllKernels) {
+  struct C { int k, s; Padding p; bool bias; };
+  for (C c : {C{1, 1, Padding::kValid, true}, C{2, 1, Padding::kSame, true}, C{3, 1, Padding::kHalf, false},
+              C{3, 2, Padding::kHalf, true}, C{4, 1, Padding::kSame, false}, C{5, 1, Padding::kHalf, true},
+              C{2, 2, Padding::kValid, false}}) {
+    Conv3d conv("conv", {2, 3, c.k, c.s, c.p, c.bias}, 1);
+    check_gradients(conv, spatial(2, {6, 5, 7}), input(2, 2, {6, 5, 7}));
+  }
+}
+
+TEST(GradCheck, Pooling) {
+  for (auto kind : {PoolKind::kMax, PoolKind::kAvg})
+    for (int k : {2, 3}) {
+      Pool3d pool("pool", kind, k, 2, k == 3 ? 1 : 0);
+      std::array<int64_t, 3> e{6, 4, 8};
+      Tensor x = input(2, 2, e);
+      // distinct values spaced 0.05 apart (more than 2*eps): no ties for max
+      for (int64_t i = 0; i < x.numel(); ++i) x[i] = 0.05f * float((i * 7919) % x.numel()) - 5.0f;
+      check_gradients(pool, spatial(2, e), x);
+    }
+}
+
+TEST(GradCheck, BatchNorm3d) {
+  BatchNorm3d bn("bn", 3);
+  check_gradients(bn, spatial(3, {4, 3, 5}), input(2, 3, {4, 3, 5}));
+}
+
+TEST(GradCheck, Activations) {
+  for (auto k : {ActKind::kRelu, ActKind::kLeakyRelu, ActKind::kTanh, ActKind::kScaledTanh, ActKind::kScale}) {
+    Activation a("act", k, k == ActKind::kLeakyRelu ? 0.3f : 1.2f);
+    Tensor x = input(2, 2, {3, 3, 3});
+    for (int64_t i = 0; i < x.numel(); ++i) x[i] += x[i] < 0 ? -0.05f : 0.05f;  // stay off the ReLU kink
+    check_gradients(a, spatial(2, {3, 3, 3}), x);
+  }
+}
+
+TEST(GradCheck, Dropout) {
+  Dropout d("drop", 0.4f);
+  check_gradients(d, spatial(2, {3, 4, 3}), input(2, 2, {3, 4, 3}));
+}
+
+TEST(GradCheck, LinearOnSpatialAndDense) {
+  Linear fc("fc", 2 * 3 * 2 * 4, 5, 1);
+  check_gradients(fc, spatial(2, {3, 2, 4}), input(2, 2, {3, 2, 4}));
+  Linear fc2("fc2", 6, 4, 1);
+  ActShape dense;
+  dense.spatial = false;
+  dense.features = 6;
+  Tensor x({2, 6});
+  for (int64_t i = 0; i < x.numel(); ++i) x[i] = float(2 * uniform01(4, 4, uint64_t(i)) - 1);
+  check_gradients(fc2, dense, x);
+}
+
+}  // namespace
