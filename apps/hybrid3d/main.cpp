@@ -62,6 +62,7 @@ int main(int argc, char** argv) {
     CLI::App app{"hybrid3d: hybrid data x spatial parallel training of 3D CNNs"};
     app.require_subcommand(1);
     auto* train = app.add_subcommand("train", "train a model (run under mpirun for parallel layouts)");
+    train->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a repeated flag: the last wins
     std::string spatial = "1x1x1", decay_boundaries, decay_factors;
     int threads = 0;
     train->add_option("--model", o.model.model, "cosmoflow | cosmoflow-lbann")->capture_default_str();

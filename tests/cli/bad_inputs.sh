@@ -1,0 +1,52 @@
+#!/bin/bash
+# Bad inputs on 2 ranks: each must exit non-zero, within seconds, with a
+# message naming the cause; nothing may hang and no --save file may appear.
+set -u
+BIN="$1"
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+MPI="mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS=1"
+BASE="train --input-size 32 --batch-size 2 --train-samples 4 --val-samples 0 --steps 2 --quiet"
+pass=0 fail=0
+
+expect_error() {  # name, expected text, command...
+  local name="$1" text="$2"
+  shift 2
+  local out rc
+  out=$(timeout 120 "$@" 2>&1)
+  rc=$?
+  if [ $rc -eq 124 ]; then
+    echo "FAIL $name: timed out (hang)"; fail=$((fail + 1))
+  elif [ $rc -eq 0 ]; then
+    echo "FAIL $name: exit 0"; fail=$((fail + 1))
+  elif ! grep -q -- "$text" <<<"$out"; then
+    echo "FAIL $name: message lacks '$text':"; echo "$out" | head -5; fail=$((fail + 1))
+  elif [ "$(grep -c 'hybrid3d: error' <<<"$out")" -lt 1 ]; then
+    echo "FAIL $name: no 'hybrid3d: error' line"; fail=$((fail + 1))
+  else
+    echo "ok   $name (exit $rc): $(grep -m1 'hybrid3d: error' <<<"$out" | cut -c1-150)"; pass=$((pass + 1))
+  fi
+}
+
+echo "not hdf5" > "$WORK/broken.h5"
+mkdir -p "$WORK/empty"
+printf '\x10\x00\x00\x00\x00\x00\x00\x00{"a":1}' > "$WORK/bad.safetensors"
+
+expect_error "unknown flag" "--bogus" $MPI -np 2 "$BIN" $BASE --bogus
+expect_error "flag out of range" "--batch-size" $MPI -np 2 "$BIN" $BASE --batch-size 0
+expect_error "bad --spatial syntax" "DxHxW" $MPI -np 2 "$BIN" $BASE --spatial 2x2
+expect_error "ranks vs layout" "multiple of 3" $MPI -np 2 "$BIN" $BASE --spatial 3x1x1
+expect_error "layout cannot split a layer" "cannot be split" $MPI -np 4 "$BIN" train --model cosmoflow-lbann --input-size 128 --spatial 4x1x1 --batch-size 1 --steps 1 --quiet
+expect_error "batch smaller than data groups" "data-parallel groups" $MPI -np 2 "$BIN" $BASE --batch-size 1
+expect_error "unknown model" "cosmoflow-lbann" $MPI -np 2 "$BIN" $BASE --model resnet
+expect_error "bad input size" "power of two" $MPI -np 2 "$BIN" $BASE --input-size 48
+expect_error "missing data" "no HDF5 files" $MPI -np 2 "$BIN" $BASE --data "$WORK/empty"
+expect_error "malformed data file" "broken.h5" $MPI -np 2 "$BIN" $BASE --data "$WORK/broken.h5"
+expect_error "malformed --init" "not a valid safetensors" $MPI -np 2 "$BIN" $BASE --init "$WORK/bad.safetensors"
+expect_error "missing --init" "cannot open safetensors" $MPI -np 2 "$BIN" $BASE --init "$WORK/nope.safetensors"
+expect_error "unwritable --save" "--save" $MPI -np 2 "$BIN" $BASE --save /nonexistent/dir/w.safetensors
+expect_error "non-finite loss" "the loss is" $MPI -np 2 "$BIN" $BASE --steps 20 --lr 1e12 --save "$WORK/never.safetensors"
+if ls "$WORK"/never.safetensors* >/dev/null 2>&1; then echo "FAIL a --save file was left behind"; fail=$((fail + 1)); fi
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

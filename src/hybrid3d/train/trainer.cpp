@@ -1,5 +1,7 @@
 #include "hybrid3d/train/trainer.hpp"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -83,6 +85,13 @@ Trainer::Trainer(const Comm& world, TrainOptions o) : o_(std::move(o)) {
   total_steps_ = o_.steps > 0 ? o_.steps : std::max<int64_t>(1, o_.epochs) * steps_per_epoch_;
   o_.schedule.total_steps = total_steps_;
   o_.schedule.validate();
+  if (!o_.save.empty()) {
+    // Refuse an unwritable destination now rather than after training.
+    auto slash = o_.save.find_last_of('/');
+    std::string dir = slash == std::string::npos ? "." : o_.save.substr(0, std::max<size_t>(slash, 1));
+    H3D_USAGE_CHECK(access(dir.c_str(), W_OK) == 0,
+                    "--save '" << o_.save << "': directory '" << dir << "' does not exist or is not writable");
+  }
   metrics_.open(o_.metrics, world.rank() == 0);
 }
 
