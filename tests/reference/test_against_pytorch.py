@@ -1,0 +1,170 @@
+#!/usr/bin/python3
+"""hybrid3d against PyTorch (Debian's python3-torch).
+
+For cosmoflow (32^3, kernel 2) and cosmoflow-lbann (128^3): the same random
+weights (written by PyTorch as safetensors), the same input (a CosmoFlow HDF5
+file, int16 channels last, log1p), one SGD step. Checks the loss and every
+weight after the step, and that hybrid3d's --save file loads into the PyTorch
+module with load_state_dict(strict=True): a safetensors round trip.
+Run by ctest; argument: the hybrid3d binary.
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+import h5py
+import numpy as np
+import torch
+import torch.nn as nn
+import warnings
+
+warnings.filterwarnings("ignore", message="Using padding='same'")
+
+TOL = 1e-5
+
+
+def save_safetensors(path, tensors):
+    header, blobs, off = {}, [], 0
+    for name, t in tensors.items():
+        a = t.detach().cpu().numpy()
+        dtype = {np.float32: "F32", np.int64: "I64"}[a.dtype.type]
+        b = a.tobytes()
+        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def load_safetensors(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        s, t = e["data_offsets"]
+        dt = {"F32": np.float32, "I64": np.int64}[e["dtype"]]
+        out[name] = torch.from_numpy(np.frombuffer(raw[8 + n + s:8 + n + t], dtype=dt).reshape(e["shape"]).copy())
+    return out
+
+
+class CosmoFlow(nn.Module):
+    """The MLPerf reference network, as hybrid3d's cosmoflow (no batch norm, no dropout)."""
+
+    def __init__(self, side, k=2):
+        super().__init__()
+        self.blocks, cin, n = [], 4, int(np.log2(side)) - 2
+        for i in range(n):
+            cout = min(32 * 2 ** i, 512)
+            setattr(self, f"conv{i + 1}", nn.Conv3d(cin, cout, k, padding="same"))
+            cin, side = cout, side // 2
+        self.n = n
+        self.fc1, self.fc2, self.fc3 = nn.Linear(cin * side ** 3, 128), nn.Linear(128, 64), nn.Linear(64, 4)
+
+    def forward(self, x):
+        for i in range(self.n):
+            x = nn.functional.max_pool3d(nn.functional.leaky_relu(getattr(self, f"conv{i + 1}")(x), 0.3), 2)
+        x = torch.flatten(x, 1)
+        x = nn.functional.leaky_relu(self.fc1(x), 0.3)
+        x = nn.functional.leaky_relu(self.fc2(x), 0.3)
+        return 1.2 * torch.tanh(self.fc3(x))
+
+
+class CosmoFlowLbann(nn.Module):
+    def __init__(self, side=128):
+        super().__init__()
+        widths, cin = [16, 32, 64, 128, 256, 256, 256], 4
+        self.pools = 5 + (side >= 256) + (side >= 512)
+        for i, w in enumerate(widths):
+            setattr(self, f"conv{i + 1}", nn.Conv3d(cin, w, 3, stride=2 if i == 3 else 1, padding=1, bias=False))
+            cin = w
+        self.fc1, self.fc2, self.fc3 = nn.Linear(2048, 2048), nn.Linear(2048, 256), nn.Linear(256, 4)
+
+    def forward(self, x):
+        for i in range(7):
+            x = nn.functional.leaky_relu(getattr(self, f"conv{i + 1}")(x), 0.01)
+            if i < self.pools:
+                x = nn.functional.avg_pool3d(x, 3, 2, 1)
+        x = torch.flatten(x, 1)
+        x = nn.functional.leaky_relu(self.fc1(x), 0.01)
+        x = nn.functional.leaky_relu(self.fc2(x), 0.01)
+        return self.fc3(x)
+
+
+def rel(a, b):
+    return float((a - b).abs().max() / max(float(b.abs().max()), 1e-30))
+
+
+def check(binary, model_name, side, net, work):
+    torch.manual_seed(1)
+    rng = np.random.default_rng(2)
+    counts = rng.poisson(3.0, size=(side, side, side, 4)).astype(np.int16)
+    unit = rng.uniform(-1, 1, size=4).astype(np.float32)
+    data = os.path.join(work, model_name)
+    os.makedirs(data, exist_ok=True)
+    with h5py.File(os.path.join(data, "univ0.h5"), "w") as f:
+        f["full"] = counts
+        f["unitPar"] = unit
+    init = os.path.join(work, model_name + "_init.safetensors")
+    out = os.path.join(work, model_name + "_out.safetensors")
+    metrics = os.path.join(work, model_name + "_metrics.jsonl")
+    save_safetensors(init, net.state_dict())
+    lr = 0.01
+    cmd = [binary, "train", "--model", model_name, "--input-size", str(side), "--data", data, "--batch-size", "1",
+           "--steps", "1", "--optimizer", "sgd", "--momentum", "0", "--lr", str(lr), "--init", init, "--save", out,
+           "--metrics", metrics, "--quiet", "--threads", "2"]
+    subprocess.run(cmd, check=True)
+
+    x = torch.from_numpy(np.log1p(counts.astype(np.float32)).transpose(3, 0, 1, 2).copy())[None]
+    y = torch.from_numpy(unit)[None]
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0)
+    loss = nn.functional.mse_loss(net(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+
+    ours_loss = json.loads(open(metrics).readline())["loss"]
+    failures = []
+    if abs(ours_loss - loss.item()) > TOL * abs(loss.item()):
+        failures.append(f"loss {ours_loss} vs PyTorch {loss.item()}")
+    ours = load_safetensors(out)
+    for name, w in net.state_dict().items():
+        step = w - before[name]
+        d_ours = ours[name] - before[name]
+        # Weights within 1e-5 of their scale; the step itself within 1e-3 of
+        # its own scale, plus the fp32 rounding of w - w0 (a few ulps of |w|).
+        step_err = float((d_ours - step).abs().max())
+        step_tol = 1e-3 * float(step.abs().max()) + 4 * np.finfo(np.float32).eps * float(w.abs().max())
+        if rel(ours[name], w) > TOL or step_err > step_tol:
+            failures.append(f"{name}: weight rel diff {rel(ours[name], w):.2e}, step error {step_err:.2e} "
+                            f"> {step_tol:.2e}")
+    fresh = type(net)(side)
+    fresh.load_state_dict(ours, strict=True)  # names and shapes are PyTorch's
+    print(f"{model_name} {side}^3: loss {ours_loss:.6f} vs PyTorch {loss.item():.6f}; "
+          f"{len(ours)} tensors compared; {'FAILED' if failures else 'ok'}")
+    for f in failures:
+        print("   ", f)
+    return not failures
+
+
+def main():
+    binary = sys.argv[1]
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    with tempfile.TemporaryDirectory() as work:
+        results = [check(binary, "cosmoflow", 32, CosmoFlow(32), work),
+                   check(binary, "cosmoflow-lbann", 128, CosmoFlowLbann(128), work)]
+    passed = sum(results)
+    print(f"{passed} passed, {len(results) - passed} failed")
+    sys.exit(0 if all(results) else 1)
+
+
+if __name__ == "__main__":
+    main()
