@@ -55,7 +55,9 @@ void expect_model_equivalent(const std::string& what, TrainOptions o, std::vecto
   for (auto& w : serial.weights) test::bcast_tensor(world, w);
 
   for (auto layout : layouts) {
-    if (world.size() % (layout[0] * layout[1] * layout[2]) != 0) continue;
+    int spatial = layout[0] * layout[1] * layout[2];
+    // Layouts that do not fit this world, or would leave a data group without a sample.
+    if (world.size() % spatial != 0 || world.size() / spatial > o.batch_size) continue;
     std::string tag = what + " on " + test::name(layout) + " (" + std::to_string(world.size()) + " ranks)";
     o.spatial = layout;
     Snapshot d = two_steps(world, o);
