@@ -12,7 +12,7 @@ done
 if [ "$(id -u)" -eq 0 ]; then
   echo "installing:$missing"
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing
 else
   echo "hybrid3d needs these Debian packages:$missing" >&2
   echo "ask an administrator for: sudo apt-get install$missing" >&2

@@ -28,31 +28,36 @@ const std::array<int64_t, 3> kExtent{8, 6, 10};
 struct Result {
   Tensor y, dx;
   std::vector<Tensor> grads;
+  int64_t lo = 0, hi = 0;  // this rank's samples of the batch
+  Box in_box, out_box;     // this rank's blocks of the input and (spatial) output
+  ActShape out;
 };
 
 using Factory = std::function<std::unique_ptr<Layer>()>;
 
 // Runs one forward/backward of a fresh layer on `comm` with `layout`;
 // returns this rank's blocks. Throws UsageError if the layout cannot split it.
-Result run(const Factory& make, const Comm& comm, std::array<int, 3> layout, int64_t& lo, int64_t& hi) {
+Result run(const Factory& make, const Comm& comm, std::array<int, 3> layout) {
   ProcessGrid grid(comm, layout);
   auto layer = make();
   ActShape in;
   in.channels = kChannels;
   in.dist = Distribution::balanced(kExtent, layout);
-  ActShape out = layer->setup(in, grid);
-  lo = grid.group_index() * kBatch / grid.data_groups();
-  hi = (grid.group_index() + 1) * kBatch / grid.data_groups();
-  Box box = in.dist.box(grid.spatial_rank());
-  Tensor x = test::global_random(1, hi - lo, kChannels, box, kExtent, lo);
+  Result r;
+  r.out = layer->setup(in, grid);
+  const ActShape& out = r.out;
+  const int64_t lo = r.lo = grid.group_index() * kBatch / grid.data_groups();
+  const int64_t hi = r.hi = (grid.group_index() + 1) * kBatch / grid.data_groups();
+  r.in_box = in.dist.box(grid.spatial_rank());
+  if (out.spatial) r.out_box = out.dist.box(grid.spatial_rank());
+  Tensor x = test::global_random(1, hi - lo, kChannels, r.in_box, kExtent, lo);
   CpuBackend backend;
   StepContext ctx{&backend, &grid, true, 99, 5, {}};
   for (int64_t p = lo; p < hi; ++p) ctx.batch_positions.push_back(p);
-  Result r;
   layer->forward(ctx, x, r.y);
   Tensor dy;
   if (out.spatial) {
-    dy = test::global_random(2, hi - lo, out.channels, out.dist.box(grid.spatial_rank()), out.dist.extent(), lo);
+    dy = test::global_random(2, hi - lo, out.channels, r.out_box, out.dist.extent(), lo);
   } else {
     dy.resize({hi - lo, out.features});
     for (int64_t i = 0; i < dy.numel(); ++i) dy[i] = float(0.01 * double((i + lo * out.features) % 17) - 0.08);
@@ -68,8 +73,7 @@ void expect_equivalent(const std::string& what, const Factory& make) {
   Comm world = Comm::borrow(MPI_COMM_WORLD);
   Comm self = Comm::borrow(MPI_COMM_SELF);
   Result serial;
-  int64_t slo, shi;
-  if (world.rank() == 0) serial = run(make, self, {1, 1, 1}, slo, shi);
+  if (world.rank() == 0) serial = run(make, self, {1, 1, 1});
   test::bcast_tensor(world, serial.y);
   test::bcast_tensor(world, serial.dx);
   size_t np = make()->params().size();
@@ -78,32 +82,23 @@ void expect_equivalent(const std::string& what, const Factory& make) {
 
   for (auto layout : test::layouts_for(world.size())) {
     std::string tag = what + " on " + test::name(layout) + " (" + std::to_string(world.size()) + " ranks)";
-    int64_t lo, hi;
     Result r;
     try {
-      r = run(make, world, layout, lo, hi);
+      r = run(make, world, layout);
     } catch (const UsageError& e) {
       // Every rank refuses the same layout before any communication.
       if (world.rank() == 0) std::printf("[ refused  ] %s: %s\n", tag.c_str(), e.what());
       continue;
     }
-    ProcessGrid grid(world, layout);
-    ActShape in;
-    in.channels = kChannels;
-    in.dist = Distribution::balanced(kExtent, layout);
-    auto layer = make();
-    ActShape out = layer->setup(in, grid);
-    if (out.spatial) {
-      EXPECT_LT(test::rel_diff(r.y, test::block_of(serial.y, out.dist.box(grid.spatial_rank()), lo, hi - lo)),
-                test::kTol)
-          << tag << " forward";
+    const int64_t n = r.hi - r.lo;
+    if (r.out.spatial) {
+      EXPECT_LT(test::rel_diff(r.y, test::block_of(serial.y, r.out_box, r.lo, n)), test::kTol) << tag << " forward";
     } else {
-      Tensor rows({hi - lo, out.features});
-      std::copy_n(serial.y.data() + lo * out.features, rows.numel(), rows.data());
+      Tensor rows({n, r.out.features});
+      std::copy_n(serial.y.data() + r.lo * r.out.features, rows.numel(), rows.data());
       EXPECT_LT(test::rel_diff(r.y, rows), test::kTol) << tag << " forward";
     }
-    EXPECT_LT(test::rel_diff(r.dx, test::block_of(serial.dx, in.dist.box(grid.spatial_rank()), lo, hi - lo)),
-              test::kTol)
+    EXPECT_LT(test::rel_diff(r.dx, test::block_of(serial.dx, r.in_box, r.lo, n)), test::kTol)
         << tag << " input gradient";
     for (size_t i = 0; i < np; ++i)
       EXPECT_LT(test::rel_diff(r.grads[i], serial.grads[i]), test::kTol) << tag << " gradient of parameter " << i;

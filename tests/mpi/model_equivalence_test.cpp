@@ -82,28 +82,26 @@ void expect_model_equivalent(const std::string& what, TrainOptions o, std::vecto
   }
 }
 
-TEST(ModelEquivalence, CosmoflowReference) {
+// cosmoflow at 32^3 (the smallest size), every layout of this world size.
+void expect_cosmoflow32_equivalent(const std::string& what, int kernel, bool batchnorm, float dropout,
+                                   bool second_step) {
   TrainOptions o;
   o.model.model = "cosmoflow";
   o.model.input_size = 32;
-  expect_model_equivalent("cosmoflow k2", o, test::layouts_for(Comm::borrow(MPI_COMM_WORLD).size()));
+  o.model.kernel_size = kernel;
+  o.model.batchnorm = batchnorm;
+  o.model.dropout = dropout;
+  expect_model_equivalent(what, o, test::layouts_for(Comm::borrow(MPI_COMM_WORLD).size()), second_step);
 }
 
+TEST(ModelEquivalence, CosmoflowReference) { expect_cosmoflow32_equivalent("cosmoflow k2", 2, false, 0.0f, true); }
+
 TEST(ModelEquivalence, CosmoflowKernel3Batchnorm) {
-  TrainOptions o;
-  o.model.model = "cosmoflow";
-  o.model.input_size = 32;
-  o.model.kernel_size = 3;
-  o.model.batchnorm = true;
-  expect_model_equivalent("cosmoflow k3 bn", o, test::layouts_for(Comm::borrow(MPI_COMM_WORLD).size()));
+  expect_cosmoflow32_equivalent("cosmoflow k3 bn", 3, true, 0.0f, true);
 }
 
 TEST(ModelEquivalence, CosmoflowDropoutFirstStep) {
-  TrainOptions o;
-  o.model.model = "cosmoflow";
-  o.model.input_size = 32;
-  o.model.dropout = 0.3f;
-  expect_model_equivalent("cosmoflow dropout", o, test::layouts_for(Comm::borrow(MPI_COMM_WORLD).size()), false);
+  expect_cosmoflow32_equivalent("cosmoflow dropout", 2, false, 0.3f, false);
 }
 
 TEST(ModelEquivalence, CosmoflowLbann) {

@@ -4,7 +4,9 @@
 // synthetic data and dropout independent of the parallel layout.
 #pragma once
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace h3d {
 
@@ -14,6 +16,16 @@ inline uint64_t splitmix64(uint64_t x) {
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
 }
+
+// FNV-1a over bytes: a hash that is the same on every platform and run
+// (unlike std::hash), for naming random streams and fingerprinting weights.
+constexpr uint64_t kFnvOffset = 1469598103934665603ull;
+inline uint64_t fnv1a(const void* data, size_t bytes, uint64_t h = kFnvOffset) {
+  const unsigned char* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+inline uint64_t fnv1a(const std::string& s) { return fnv1a(s.data(), s.size()); }
 
 inline uint64_t hash_key(uint64_t seed, uint64_t stream, uint64_t index) {
   return splitmix64(splitmix64(splitmix64(seed) ^ stream) ^ index);

@@ -53,24 +53,28 @@ void HaloExchange::wait_all() {
   reqs_.clear();
 }
 
-void HaloExchange::start(const Comm& group, const Tensor& x, Tensor& xp) {
-  n_ = x.dim(0);
-  c_ = x.dim(1);
+// Posts a receive for every `incoming` region, then packs every `outgoing`
+// region of `src` (which covers `src_origin`) and sends it.
+void HaloExchange::post(const Comm& group, std::vector<Region>& incoming, std::vector<Region>& outgoing,
+                        const Tensor& src, const Box& src_origin, int tag) {
+  const int64_t nc = src.dim(0) * src.dim(1);
   reqs_.clear();
-  for (auto& r : recv_) {
-    r.buf.resize(static_cast<size_t>(n_ * c_ * r.box.volume()));
+  for (auto& r : incoming) {
+    r.buf.resize(static_cast<size_t>(nc * r.box.volume()));
     reqs_.emplace_back();
-    H3D_MPI(MPI_Irecv(r.buf.data(), mpi_count(r.buf.size()), MPI_FLOAT, r.peer, kTagForward, group.raw(),
-                      &reqs_.back()));
+    H3D_MPI(MPI_Irecv(r.buf.data(), mpi_count(r.buf.size()), MPI_FLOAT, r.peer, tag, group.raw(), &reqs_.back()));
   }
-  for (auto& r : send_) {
-    r.buf.resize(static_cast<size_t>(n_ * c_ * r.box.volume()));
-    pack_box(x, own_, r.box, r.buf.data());
+  for (auto& r : outgoing) {
+    r.buf.resize(static_cast<size_t>(nc * r.box.volume()));
+    pack_box(src, src_origin, r.box, r.buf.data());
     reqs_.emplace_back();
-    H3D_MPI(MPI_Isend(r.buf.data(), mpi_count(r.buf.size()), MPI_FLOAT, r.peer, kTagForward, group.raw(),
-                      &reqs_.back()));
+    H3D_MPI(MPI_Isend(r.buf.data(), mpi_count(r.buf.size()), MPI_FLOAT, r.peer, tag, group.raw(), &reqs_.back()));
   }
-  xp.resize(with_nc(n_, c_, padded_), pad_value_);
+}
+
+void HaloExchange::start(const Comm& group, const Tensor& x, Tensor& xp) {
+  post(group, recv_, send_, x, own_, kTagForward);
+  xp.resize(with_nc(x.dim(0), x.dim(1), padded_), pad_value_);
   copy_box(x, own_, xp, padded_, local_);
 }
 
@@ -80,25 +84,10 @@ void HaloExchange::finish(Tensor& xp) {
 }
 
 void HaloExchange::reverse_start(const Comm& group, const Tensor& dxp, Tensor& dx) {
-  n_ = dxp.dim(0);
-  c_ = dxp.dim(1);
-  reqs_.clear();
   // The cells I received in forward go back to their owners; the cells I
   // sent come back to me as gradients.
-  for (auto& r : send_) {
-    r.buf.resize(static_cast<size_t>(n_ * c_ * r.box.volume()));
-    reqs_.emplace_back();
-    H3D_MPI(MPI_Irecv(r.buf.data(), mpi_count(r.buf.size()), MPI_FLOAT, r.peer, kTagReverse, group.raw(),
-                      &reqs_.back()));
-  }
-  for (auto& r : recv_) {
-    r.buf.resize(static_cast<size_t>(n_ * c_ * r.box.volume()));
-    pack_box(dxp, padded_, r.box, r.buf.data());
-    reqs_.emplace_back();
-    H3D_MPI(MPI_Isend(r.buf.data(), mpi_count(r.buf.size()), MPI_FLOAT, r.peer, kTagReverse, group.raw(),
-                      &reqs_.back()));
-  }
-  dx.resize(with_nc(n_, c_, own_), 0.0f);
+  post(group, send_, recv_, dxp, padded_, kTagReverse);
+  dx.resize(with_nc(dxp.dim(0), dxp.dim(1), own_), 0.0f);
   copy_box(dxp, padded_, dx, own_, local_);
 }
 

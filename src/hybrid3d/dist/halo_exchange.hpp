@@ -47,6 +47,8 @@ class HaloExchange {
     Box box;
     std::vector<float> buf;
   };
+  void post(const Comm& group, std::vector<Region>& incoming, std::vector<Region>& outgoing, const Tensor& src,
+            const Box& src_origin, int tag);
   void wait_all();
 
   Box own_, padded_, local_;  // local_: needed cells this rank owns itself
@@ -54,7 +56,6 @@ class HaloExchange {
   bool trivial_ = true;
   std::vector<Region> recv_, send_;  // forward direction; reversed in backward
   std::vector<MPI_Request> reqs_;
-  int64_t n_ = 0, c_ = 0;
 };
 
 }  // namespace h3d

@@ -65,14 +65,9 @@ void Conv3d::backward(StepContext& ctx, const Tensor& x, const Tensor&, const Te
   const Tensor& xp = input_.saved(x);
   ctx.backend->conv3d_backward_weights(d, xp.data(), dy.data(), weight_.grad.data(),
                                        o_.bias ? bias_.grad.data() : nullptr);
-  if (input_.trivial()) {
-    dx.reshape_like(x.shape());
-    ctx.backend->conv3d_backward_data(d, dy.data(), weight_.value.data(), dx.data());
-    return;
-  }
-  dxp_.reshape_like(xp.shape());
-  ctx.backend->conv3d_backward_data(d, dy.data(), weight_.value.data(), dxp_.data());
-  input_.scatter_grad(ctx.grid->group(), dxp_, dx);
+  input_.input_grad(ctx.grid->group(), x, dx, [&](float* out) {
+    ctx.backend->conv3d_backward_data(d, dy.data(), weight_.value.data(), out);
+  });
 }
 
 }  // namespace h3d

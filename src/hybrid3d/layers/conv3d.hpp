@@ -31,7 +31,6 @@ class Conv3d : public Layer {
   Param weight_, bias_;
   PaddedInput input_;
   std::array<int64_t, 3> out_ext_{};
-  Tensor dxp_;
 };
 
 }  // namespace h3d

@@ -7,8 +7,7 @@ namespace h3d {
 
 Dropout::Dropout(std::string name, float p) : Layer(std::move(name)), p_(p) {
   H3D_USAGE_CHECK(p >= 0.0f && p < 1.0f, "--dropout " << p << " must be in [0, 1)");
-  stream_ = 0;
-  for (unsigned char c : name_) stream_ = (stream_ ^ c) * 1099511628211ull;
+  stream_ = fnv1a(name_);
 }
 
 ActShape Dropout::setup(const ActShape& in, const ProcessGrid& grid) {

@@ -1,7 +1,6 @@
 #include "hybrid3d/layers/layer.hpp"
 
 #include <cmath>
-#include <functional>
 
 #include "hybrid3d/core/rng.hpp"
 
@@ -13,15 +12,9 @@ std::vector<int64_t> ActShape::local_shape(int64_t n, int spatial_rank) const {
   return {n, channels, e[0], e[1], e[2]};
 }
 
-static uint64_t name_hash(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a: stable across platforms, unlike std::hash
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
 void init_uniform_fan_in(Tensor& t, int64_t fan_in, uint64_t seed, const std::string& name) {
   double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
-  uint64_t stream = name_hash(name);
+  uint64_t stream = fnv1a(name);
   for (int64_t i = 0; i < t.numel(); ++i)
     t[i] = static_cast<float>((2.0 * uniform01(seed, stream, uint64_t(i)) - 1.0) * bound);
 }

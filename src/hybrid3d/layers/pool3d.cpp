@@ -48,14 +48,8 @@ void Pool3d::forward(StepContext& ctx, const Tensor& x, Tensor& y) {
 void Pool3d::backward(StepContext& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
   int64_t n = x.dim(0);
   const Tensor& xp = input_.saved(x);
-  if (input_.trivial()) {
-    dx.reshape_like(x.shape());
-    ctx.backend->pool3d_backward(desc(n), xp.data(), dy.data(), dx.data());
-    return;
-  }
-  dxp_.reshape_like(xp.shape());
-  ctx.backend->pool3d_backward(desc(n), xp.data(), dy.data(), dxp_.data());
-  input_.scatter_grad(ctx.grid->group(), dxp_, dx);
+  input_.input_grad(ctx.grid->group(), x, dx,
+                    [&](float* out) { ctx.backend->pool3d_backward(desc(n), xp.data(), dy.data(), out); });
 }
 
 }  // namespace h3d

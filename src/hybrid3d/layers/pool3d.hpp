@@ -22,7 +22,6 @@ class Pool3d : public Layer {
   int64_t channels_ = 0;
   PaddedInput input_;
   std::array<int64_t, 3> out_ext_{};
-  Tensor dxp_;
 };
 
 }  // namespace h3d

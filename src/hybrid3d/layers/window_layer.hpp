@@ -27,17 +27,26 @@ class PaddedInput {
     return padded_;
   }
   const Tensor& saved(const Tensor& x) const { return halo_.trivial() ? x : padded_; }
-  // dxp is the gradient w.r.t. the padded input; folds it into dx.
-  void scatter_grad(const Comm& group, const Tensor& dxp, Tensor& dx) {
-    halo_.reverse_start(group, dxp, dx);
+  // kernel(out) writes the gradient w.r.t. the tensor the forward kernel
+  // read (x itself, or the padded copy); the halo part of it is then sent
+  // back to its owners and added into dx.
+  template <typename Kernel>
+  void input_grad(const Comm& group, const Tensor& x, Tensor& dx, Kernel kernel) {
+    if (halo_.trivial()) {
+      dx.reshape_like(x.shape());
+      kernel(dx.data());
+      return;
+    }
+    padded_grad_.reshape_like(padded_.shape());
+    kernel(padded_grad_.data());
+    halo_.reverse_start(group, padded_grad_, dx);
     halo_.reverse_finish(dx);
   }
-  bool trivial() const { return halo_.trivial(); }
   std::array<int64_t, 3> padded_extents() const { return halo_.padded_box().extents(); }
 
  private:
   HaloExchange halo_;
-  Tensor padded_;
+  Tensor padded_, padded_grad_;
 };
 
 }  // namespace h3d

@@ -5,7 +5,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <numeric>
 
 #include "hybrid3d/core/error.hpp"
@@ -208,14 +207,9 @@ ValidationResult Trainer::validate() {
 }
 
 void Trainer::check_replicas_identical() {
-  // FNV-1a over the bits of every weight; min and max over ranks must agree.
-  uint64_t h = 1469598103934665603ull;
-  for (auto* p : net_.params())
-    for (int64_t i = 0; i < p->value.numel(); ++i) {
-      uint32_t bits;
-      std::memcpy(&bits, &p->value[i], 4);
-      h = (h ^ bits) * 1099511628211ull;
-    }
+  // A fingerprint of every weight's bits; min and max over ranks must agree.
+  uint64_t h = kFnvOffset;
+  for (auto* p : net_.params()) h = fnv1a(p->value.data(), size_t(p->value.numel()) * sizeof(float), h);
   double v = double(h >> 12);
   double mx = grid_->world().allreduce_max(v), mn = -grid_->world().allreduce_max(-v);
   H3D_CHECK(mx == mn, "the ranks' weights differ after training (an internal error: please report it)");
