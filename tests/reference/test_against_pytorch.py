@@ -1,11 +1,13 @@
 #!/usr/bin/python3
 """hybrid3d against PyTorch (Debian's python3-torch).
 
-For cosmoflow (32^3, kernel 2) and cosmoflow-lbann (128^3): the same random
-weights (written by PyTorch as safetensors), the same input (a CosmoFlow HDF5
-file, int16 channels last, log1p), one SGD step. Checks the loss and every
-weight after the step, and that hybrid3d's --save file loads into the PyTorch
-module with load_state_dict(strict=True): a safetensors round trip.
+For cosmoflow (32^3, kernel 2), cosmoflow with batch norm (32^3, batch 2) and
+cosmoflow-lbann (128^3): the same random weights (written by PyTorch as
+safetensors), the same input (CosmoFlow HDF5 files, int16 channels last,
+log1p), one SGD step; PyTorch computes it in float64. Checks the loss, every
+weight and batch-norm running statistic after the step, and that hybrid3d's
+--save file loads into the PyTorch module with load_state_dict(strict=True):
+a safetensors round trip.
 Run by ctest; argument: the hybrid3d binary.
 """
 import json
@@ -57,19 +59,25 @@ def load_safetensors(path):
 class CosmoFlow(nn.Module):
     """The MLPerf reference network, as hybrid3d's cosmoflow (no batch norm, no dropout)."""
 
-    def __init__(self, side, k=2):
+    def __init__(self, side, k=2, batchnorm=False):
         super().__init__()
-        self.blocks, cin, n = [], 4, int(np.log2(side)) - 2
+        cin, n = 4, int(np.log2(side)) - 2
+        self.batchnorm = batchnorm
         for i in range(n):
             cout = min(32 * 2 ** i, 512)
             setattr(self, f"conv{i + 1}", nn.Conv3d(cin, cout, k, padding="same"))
+            if batchnorm:
+                setattr(self, f"bn{i + 1}", nn.BatchNorm3d(cout))
             cin, side = cout, side // 2
         self.n = n
         self.fc1, self.fc2, self.fc3 = nn.Linear(cin * side ** 3, 128), nn.Linear(128, 64), nn.Linear(64, 4)
 
     def forward(self, x):
         for i in range(self.n):
-            x = nn.functional.max_pool3d(nn.functional.leaky_relu(getattr(self, f"conv{i + 1}")(x), 0.3), 2)
+            x = getattr(self, f"conv{i + 1}")(x)
+            if self.batchnorm:
+                x = getattr(self, f"bn{i + 1}")(x)
+            x = nn.functional.max_pool3d(nn.functional.leaky_relu(x, 0.3), 2)
         x = torch.flatten(x, 1)
         x = nn.functional.leaky_relu(self.fc1(x), 0.3)
         x = nn.functional.leaky_relu(self.fc2(x), 0.3)
@@ -101,28 +109,38 @@ def rel(a, b):
     return float((a - b).abs().max() / max(float(b.abs().max()), 1e-30))
 
 
-def check(binary, model_name, side, net, work):
-    torch.manual_seed(1)
+def check(binary, name, model_name, side, net, work, batch=1, extra=()):
+    """One SGD step of `net` and of hybrid3d on `batch` samples (one HDF5 file each)."""
     rng = np.random.default_rng(2)
-    counts = rng.poisson(3.0, size=(side, side, side, 4)).astype(np.int16)
-    unit = rng.uniform(-1, 1, size=4).astype(np.float32)
-    data = os.path.join(work, model_name)
+    data = os.path.join(work, name)
     os.makedirs(data, exist_ok=True)
-    with h5py.File(os.path.join(data, "univ0.h5"), "w") as f:
-        f["full"] = counts
-        f["unitPar"] = unit
-    init = os.path.join(work, model_name + "_init.safetensors")
-    out = os.path.join(work, model_name + "_out.safetensors")
-    metrics = os.path.join(work, model_name + "_metrics.jsonl")
+    xs, ys = [], []
+    for i in range(batch):
+        counts = rng.poisson(3.0, size=(side, side, side, 4)).astype(np.int16)
+        unit = rng.uniform(-1, 1, size=4).astype(np.float32)
+        with h5py.File(os.path.join(data, f"univ{i}.h5"), "w") as f:
+            f["full"] = counts
+            f["unitPar"] = unit
+        xs.append(np.log1p(counts.astype(np.float32)).transpose(3, 0, 1, 2))
+        ys.append(unit)
+    init = os.path.join(work, name + "_init.safetensors")
+    out = os.path.join(work, name + "_out.safetensors")
+    metrics = os.path.join(work, name + "_metrics.jsonl")
     save_safetensors(init, net.state_dict())
     lr = 0.01
-    cmd = [binary, "train", "--model", model_name, "--input-size", str(side), "--data", data, "--batch-size", "1",
-           "--steps", "1", "--optimizer", "sgd", "--momentum", "0", "--lr", str(lr), "--init", init, "--save", out,
-           "--metrics", metrics, "--quiet", "--threads", "2"]
+    cmd = [binary, "train", "--model", model_name, "--input-size", str(side), "--data", data, "--batch-size",
+           str(batch), "--steps", "1", "--optimizer", "sgd", "--momentum", "0", "--lr", str(lr), "--init", init,
+           "--save", out, "--metrics", metrics, "--quiet", "--threads", "2", *extra]
     subprocess.run(cmd, check=True)
 
-    x = torch.from_numpy(np.log1p(counts.astype(np.float32)).transpose(3, 0, 1, 2).copy())[None]
-    y = torch.from_numpy(unit)[None]
+    # The batch is one epoch; whatever order hybrid3d's shuffle takes, the
+    # mean loss and the gradient of a batch-norm network do not depend on it.
+    x = torch.from_numpy(np.stack(xs))
+    y = torch.from_numpy(np.stack(ys))
+    # The oracle runs in float64 from the same fp32 weights and inputs, so
+    # what remains is hybrid3d's own fp32 error (PyTorch's fp32 has its own).
+    net.double()
+    x, y = x.double(), y.double()
     before = {k: v.clone() for k, v in net.state_dict().items()}
     opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0)
     loss = nn.functional.mse_loss(net(x), y)
@@ -135,19 +153,19 @@ def check(binary, model_name, side, net, work):
     if abs(ours_loss - loss.item()) > TOL * abs(loss.item()):
         failures.append(f"loss {ours_loss} vs PyTorch {loss.item()}")
     ours = load_safetensors(out)
-    for name, w in net.state_dict().items():
-        step = w - before[name]
-        d_ours = ours[name] - before[name]
+    for key, w in net.state_dict().items():
+        w, w0, mine = w.float(), before[key].float(), ours[key].float()
+        step = w - w0
+        d_ours = mine - w0
         # Weights within 1e-5 of their scale; the step itself within 1e-3 of
         # its own scale, plus the fp32 rounding of w - w0 (a few ulps of |w|).
         step_err = float((d_ours - step).abs().max())
         step_tol = 1e-3 * float(step.abs().max()) + 4 * np.finfo(np.float32).eps * float(w.abs().max())
-        if rel(ours[name], w) > TOL or step_err > step_tol:
-            failures.append(f"{name}: weight rel diff {rel(ours[name], w):.2e}, step error {step_err:.2e} "
+        if rel(mine, w) > TOL or step_err > step_tol:
+            failures.append(f"{key}: weight rel diff {rel(mine, w):.2e}, step error {step_err:.2e} "
                             f"> {step_tol:.2e}")
-    fresh = type(net)(side)
-    fresh.load_state_dict(ours, strict=True)  # names and shapes are PyTorch's
-    print(f"{model_name} {side}^3: loss {ours_loss:.6f} vs PyTorch {loss.item():.6f}; "
+    net.float().load_state_dict(ours, strict=True)  # names and shapes are PyTorch's
+    print(f"{name} {side}^3, batch {batch}: loss {ours_loss:.6f} vs PyTorch {loss.item():.6f}; "
           f"{len(ours)} tensors compared; {'FAILED' if failures else 'ok'}")
     for f in failures:
         print("   ", f)
@@ -159,8 +177,10 @@ def main():
     torch.set_num_threads(2)
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as work:
-        results = [check(binary, "cosmoflow", 32, CosmoFlow(32), work),
-                   check(binary, "cosmoflow-lbann", 128, CosmoFlowLbann(128), work)]
+        results = [check(binary, "cosmoflow", "cosmoflow", 32, CosmoFlow(32), work),
+                   check(binary, "cosmoflow+bn", "cosmoflow", 32, CosmoFlow(32, batchnorm=True), work, batch=2,
+                         extra=("--batchnorm",)),
+                   check(binary, "cosmoflow-lbann", "cosmoflow-lbann", 128, CosmoFlowLbann(128), work)]
     passed = sum(results)
     print(f"{passed} passed, {len(results) - passed} failed")
     sys.exit(0 if all(results) else 1)
