@@ -18,11 +18,12 @@ build: deps
 	cmake --build $(BUILD) -j $(JOBS)
 
 # Default training: cosmoflow on synthetic 32^3 universes, 2 ranks, each
-# sample split in two along D (a few minutes on 2 cores).
+# sample split in two along D (about 4 minutes on 2 cores; docs/results.md).
 train: build
 	mpirun -np $(NP) --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 $(BUILD)/bin/hybrid3d train \
-	  --model cosmoflow --input-size 32 --spatial $(SPATIAL) --batch-size 8 --train-samples 256 --val-samples 64 \
-	  --epochs 8 --optimizer adam --lr 0.0005 --log-every 32 --metrics $(BUILD)/train_metrics.jsonl \
+	  --model cosmoflow --input-size 32 --spatial $(SPATIAL) --batch-size 8 --train-samples 1024 --val-samples 128 \
+	  --epochs 6 --optimizer adam --lr 0.001 --lr-schedule poly --warmup-steps 32 --dropout 0.2 --val-every 128 \
+	  --log-every 32 --metrics $(BUILD)/train_metrics.jsonl \
 	  --save $(BUILD)/cosmoflow32.safetensors
 
 test: build

@@ -15,7 +15,7 @@ namespace {
 
 constexpr double kPi = 3.14159265358979323846;
 constexpr double kVoxelMpc = 4.0;  // Mpc/h per voxel
-constexpr double kMeanCount = 4.0;
+constexpr double kMeanCount = 32.0;
 constexpr double kRedshifts[4] = {0.0, 0.5, 1.0, 2.0};
 constexpr uint64_t kStreamParams = 0xC05A0ull, kStreamNoise = 0x4015Eull, kStreamCounts = 0xC0047ull;
 
@@ -65,7 +65,7 @@ double growth(double z, double omega_m) {
 }  // namespace
 
 CosmoParams CosmoParams::from_unit(const float u[4]) {
-  return {0.30 + 0.10 * u[0], 0.80 + 0.15 * u[1], 0.96 + 0.08 * u[2], (70.0 + 10.0 * u[3]) / 100.0};
+  return {0.30 + 0.15 * u[0], 0.80 + 0.15 * u[1], 0.96 + 0.16 * u[2], (70.0 + 15.0 * u[3]) / 100.0};
 }
 
 void universe_unit_par(uint64_t seed, int64_t index, float u[4]) {

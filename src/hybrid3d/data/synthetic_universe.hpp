@@ -2,15 +2,17 @@
 // data, deterministic from (seed, sample index).
 //
 // Four parameters u in [-1, 1]^4 (CosmoFlow's unitPar) map to
-//   Omega_m = 0.30 + 0.10 u0, sigma_8 = 0.80 + 0.15 u1,
-//   n_s     = 0.96 + 0.08 u2, H_0    = 70 + 10 u3   (h = H_0 / 100).
+//   Omega_m = 0.30 + 0.15 u0, sigma_8 = 0.80 + 0.15 u1,
+//   n_s     = 0.96 + 0.16 u2, H_0    = 70 + 15 u3   (h = H_0 / 100)
+// (ranges wider than today's error bars, so that small cubes carry a signal).
 // A Gaussian random field on the periodic cube (voxel 4 Mpc/h) has the
 // linear power spectrum P(k) = A k^n_s T(k)^2 with the BBKS transfer function
 // of shape Gamma = Omega_m h, normalised to sigma_8 at z = 0. The four
 // channels are that field at z = 0, 0.5, 1, 2, scaled by the growth factor
 // D(z) (Carroll, Press & Turner), so their ratio depends on Omega_m; each is
 // turned into non-negative galaxy counts by a log-normal transform and
-// Poisson sampling (mean 4 per voxel), stored as int16 like the real data.
+// Poisson sampling (mean 32 per voxel: shot noise
+// low enough that the spectrum's shape shows), stored as int16 like the real data.
 #pragma once
 #include <map>
 #include <vector>
