@@ -1,11 +1,19 @@
 // Tensor: a dense, row-major fp32 host buffer with up to 5 dimensions.
 // Spatial activations are [N, C, D, H, W] (NCDHW, the logical layout
 // everywhere outside a backend); dense ones are [N, F].
+//
+// Storage comes from the BufferPool and goes back to it on release() or
+// destruction, so that freeing activations early costs nothing on the next
+// step. A tensor may own more capacity than it uses (a buffer grown in place
+// for a halo-padded copy, see HaloExchange).
 #pragma once
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
+#include "hybrid3d/core/buffer_pool.hpp"
 #include "hybrid3d/core/error.hpp"
 
 namespace h3d {
@@ -14,31 +22,65 @@ class Tensor {
  public:
   Tensor() = default;
   explicit Tensor(std::vector<int64_t> shape, float fill = 0.0f) { resize(std::move(shape), fill); }
+  Tensor(const Tensor& o) { *this = o; }
+  Tensor(Tensor&& o) noexcept { *this = std::move(o); }
+  Tensor& operator=(const Tensor& o) {
+    if (this == &o) return *this;
+    reshape_uninit(o.shape_);
+    if (numel_) std::memcpy(data(), o.data(), size_t(numel_) * sizeof(float));
+    return *this;
+  }
+  Tensor& operator=(Tensor&& o) noexcept {
+    if (this == &o) return *this;
+    release();
+    buf_ = std::move(o.buf_);
+    shape_ = std::move(o.shape_);
+    numel_ = o.numel_;
+    o.buf_.capacity = 0;
+    o.shape_.clear();
+    o.numel_ = 0;
+    return *this;
+  }
+  ~Tensor() { release(); }
 
+  // New shape, every element set to `fill`.
   void resize(std::vector<int64_t> shape, float fill = 0.0f) {
-    shape_ = std::move(shape);
-    data_.assign(static_cast<size_t>(count(shape_)), fill);
+    reshape_uninit(shape);
+    this->fill(fill);
   }
-  // Re-shape keeping the buffer (no fill) when the element count is unchanged.
-  void reshape_like(const std::vector<int64_t>& shape) {
-    if (count(shape) == numel()) {
-      shape_ = shape;
-    } else {
-      resize(shape);
+  // New shape; the contents are unspecified unless the element count is
+  // unchanged (then they are kept). For outputs that are fully overwritten.
+  void reshape_uninit(const std::vector<int64_t>& shape) {
+    int64_t n = count(shape);
+    if (size_t(n) > buf_.capacity) {
+      release();
+      buf_ = BufferPool::instance().take(size_t(n));
     }
+    shape_ = shape;
+    numel_ = n;
   }
-  void fill(float v) { std::fill(data_.begin(), data_.end(), v); }
+  void reshape_like(const std::vector<int64_t>& shape) { reshape_uninit(shape); }
+  // Gives the storage back to the pool; the tensor becomes empty.
+  void release() {
+    BufferPool::instance().give(std::move(buf_));
+    buf_.capacity = 0;
+    shape_.clear();
+    numel_ = 0;
+  }
+  // Capacity in floats (at least numel()).
+  size_t capacity() const { return buf_.capacity; }
+  void fill(float v) { std::fill(data(), data() + numel_, v); }
 
   const std::vector<int64_t>& shape() const { return shape_; }
   int64_t dim(int i) const { return shape_.at(static_cast<size_t>(i)); }
   int ndim() const { return static_cast<int>(shape_.size()); }
-  int64_t numel() const { return static_cast<int64_t>(data_.size()); }
-  float* data() { return data_.data(); }
-  const float* data() const { return data_.data(); }
-  float& operator[](int64_t i) { return data_[static_cast<size_t>(i)]; }
-  float operator[](int64_t i) const { return data_[static_cast<size_t>(i)]; }
-  std::vector<float>& vec() { return data_; }
-  const std::vector<float>& vec() const { return data_; }
+  int64_t numel() const { return numel_; }
+  bool empty() const { return numel_ == 0; }
+  float* data() { return buf_.ptr.get(); }
+  const float* data() const { return buf_.ptr.get(); }
+  float& operator[](int64_t i) { return buf_.ptr[static_cast<size_t>(i)]; }
+  float operator[](int64_t i) const { return buf_.ptr[static_cast<size_t>(i)]; }
+  std::vector<float> to_vector() const { return std::vector<float>(data(), data() + numel_); }
 
   static int64_t count(const std::vector<int64_t>& s) {
     int64_t n = 1;
@@ -53,7 +95,8 @@ class Tensor {
 
  private:
   std::vector<int64_t> shape_;
-  std::vector<float> data_;
+  int64_t numel_ = 0;
+  FloatBuffer buf_;
 };
 
 }  // namespace h3d
