@@ -60,6 +60,11 @@ class Backend {
   // kept (and the forward may run in place).
   virtual void activation_backward(ActKind kind, float param, const float* y, const float* dy, float* dx,
                                    int64_t n) = 0;
+  // bits[i / 64] bit i % 64 = (y[i] > 0): the ReLUs' gradient in 1/32 of
+  // the output's memory. n need not be a multiple of 64.
+  virtual void sign_mask(const float* y, uint64_t* bits, int64_t n) = 0;
+  // dx = dy where the bit is set, slope * dy elsewhere; dx may be dy.
+  virtual void masked_slope_backward(const uint64_t* bits, float slope, const float* dy, float* dx, int64_t n) = 0;
 
   // Per-channel sum and sum of squares over [n, c, v] (accumulated, in double).
   virtual void channel_moments(const float* x, int64_t n, int64_t c, int64_t v, double* sum, double* sumsq) = 0;

@@ -22,6 +22,11 @@ struct Box {
   Box intersect(const Box& o) const {
     return Box{{r[0].intersect(o.r[0]), r[1].intersect(o.r[1]), r[2].intersect(o.r[2])}};
   }
+  bool contains(const Box& o) const {
+    for (int d = 0; d < 3; ++d)
+      if (o.r[d].lo < r[d].lo || o.r[d].hi > r[d].hi) return false;
+    return true;
+  }
   bool operator==(const Box& o) const { return r == o.r; }
   std::array<int64_t, 3> extents() const { return {r[0].size(), r[1].size(), r[2].size()}; }
 };

@@ -60,6 +60,16 @@ class Tensor {
     numel_ = n;
   }
   void reshape_like(const std::vector<int64_t>& shape) { reshape_uninit(shape); }
+  // Makes the capacity at least n floats before the tensor is written
+  // (the contents are dropped if a new buffer is needed).
+  void reserve(int64_t n) {
+    if (size_t(n) <= buf_.capacity) return;
+    auto shape = shape_;
+    release();
+    buf_ = BufferPool::instance().take(size_t(n));
+    shape_ = shape;
+    numel_ = count(shape);
+  }
   // Gives the storage back to the pool; the tensor becomes empty.
   void release() {
     BufferPool::instance().give(std::move(buf_));

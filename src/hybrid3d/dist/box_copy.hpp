@@ -19,3 +19,18 @@ void pack_box(const Tensor& src, const Box& src_origin, const Box& region, float
 void unpack_box(const float* buf, const Box& region, Tensor& dst, const Box& dst_origin, CopyMode mode);
 
 }  // namespace h3d
+
+namespace h3d {
+
+// In-place change of layout inside one buffer `t` of N*C channels: the cells
+// of `region` move from the layout over box `from` to the layout over box
+// `to`. Either `to` contains `from` (growing into a halo-padded layout; the
+// buffer's capacity must hold the larger one) or `from` contains `to`
+// (shrinking back). Cells of the new layout outside `region` are left as
+// they are: fill them with fill_outside().
+void relayout_in_place(float* t, int64_t nc, const Box& from, const Box& to, const Box& region);
+
+// Sets every cell of the [nc, origin] buffer outside `inner` to v.
+void fill_outside(float* t, int64_t nc, const Box& origin, const Box& inner, float v);
+
+}  // namespace h3d

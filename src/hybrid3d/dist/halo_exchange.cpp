@@ -74,8 +74,21 @@ void HaloExchange::post(const Comm& group, std::vector<Region>& incoming, std::v
 
 void HaloExchange::start(const Comm& group, const Tensor& x, Tensor& xp) {
   post(group, recv_, send_, x, own_, kTagForward);
-  xp.resize(with_nc(x.dim(0), x.dim(1), padded_), pad_value_);
+  xp.reshape_uninit(with_nc(x.dim(0), x.dim(1), padded_));
+  fill_outside(xp.data(), x.dim(0) * x.dim(1), padded_, local_, pad_value_);
   copy_box(x, own_, xp, padded_, local_);
+}
+
+bool HaloExchange::start_in_place(const Comm& group, Tensor& x, Tensor& xp) {
+  auto shape = with_nc(x.dim(0), x.dim(1), padded_);
+  if (x.capacity() < size_t(Tensor::count(shape)) || !padded_.contains(own_)) return false;
+  const int64_t nc = x.dim(0) * x.dim(1);
+  post(group, recv_, send_, x, own_, kTagForward);  // packs the outgoing cells before they move
+  relayout_in_place(x.data(), nc, own_, padded_, local_);
+  xp = std::move(x);
+  xp.reshape_uninit(shape);  // fits the capacity: the cells stay where they were moved
+  fill_outside(xp.data(), nc, padded_, local_, pad_value_);
+  return true;
 }
 
 void HaloExchange::finish(Tensor& xp) {
@@ -83,12 +96,22 @@ void HaloExchange::finish(Tensor& xp) {
   for (auto& r : recv_) unpack_box(r.buf.data(), r.box, xp, padded_, CopyMode::kAssign);
 }
 
-void HaloExchange::reverse_start(const Comm& group, const Tensor& dxp, Tensor& dx) {
+void HaloExchange::reverse_start(const Comm& group, Tensor& dxp, Tensor& dx) {
   // The cells I received in forward go back to their owners; the cells I
   // sent come back to me as gradients.
   post(group, send_, recv_, dxp, padded_, kTagReverse);
-  dx.resize(with_nc(dxp.dim(0), dxp.dim(1), own_), 0.0f);
-  copy_box(dxp, padded_, dx, own_, local_);
+  const int64_t nc = dxp.dim(0) * dxp.dim(1);
+  auto shape = with_nc(dxp.dim(0), dxp.dim(1), own_);
+  if (padded_.contains(own_)) {  // shrink dxp into dx's layout in place
+    relayout_in_place(dxp.data(), nc, padded_, own_, local_);
+    dx = std::move(dxp);
+    dx.reshape_uninit(shape);
+  } else {
+    dx.reshape_uninit(shape);
+    copy_box(dxp, padded_, dx, own_, local_);
+    dxp.release();
+  }
+  fill_outside(dx.data(), nc, own_, local_, 0.0f);
 }
 
 void HaloExchange::reverse_finish(Tensor& dx) {

@@ -35,10 +35,18 @@ class HaloExchange {
 
   // Forward: x is [N, C, own], xp becomes [N, C, padded].
   void start(const Comm& group, const Tensor& x, Tensor& xp);
+  // The same, with x's storage becoming xp's: the own cells move in place to
+  // their padded positions, so no second copy of the block exists. Returns
+  // false (x untouched) when x's capacity cannot hold the padded box; the
+  // caller then uses start().
+  bool start_in_place(const Comm& group, Tensor& x, Tensor& xp);
   void finish(Tensor& xp);
-  // Backward: dxp is [N, C, padded], dx becomes [N, C, own] with the halo
-  // contributions of the neighbours added (in a fixed order: deterministic).
-  void reverse_start(const Comm& group, const Tensor& dxp, Tensor& dx);
+  // Backward: dxp is [N, C, padded] and is consumed (its storage becomes
+  // dx's where possible); dx becomes [N, C, own] with the halo contributions
+  // of the neighbours added (in a fixed order: deterministic).
+  void reverse_start(const Comm& group, Tensor& dxp, Tensor& dx);
+  // Floats a tensor needs to be grown in place into the padded box.
+  int64_t padded_floats(int64_t nc) const { return nc * padded_.volume(); }
   void reverse_finish(Tensor& dx);
 
  private:

@@ -1,9 +1,15 @@
 // Pointwise activations: ReLU, LeakyReLU(slope), Tanh, scaled tanh
 // (param * tanh, CosmoFlow's 1.2*tanh output) and scaling (param * x).
-// Work on spatial and dense tensors alike; no communication. The gradient is
-// taken from the output alone (for the ReLUs sign(y) == sign(x)), so the
-// input need not be kept.
+// Work on spatial and dense tensors alike; no communication.
+//
+// Memory: the gradient is taken from the output alone (for the ReLUs
+// sign(y) == sign(x)), so the input is never kept and the forward runs in
+// place when the network allows. The ReLUs keep even less: in training they
+// record the sign of each output as one bit, so their output may be consumed
+// by the next layer (a pooling layer growing it into its halo-padded copy).
 #pragma once
+#include <vector>
+
 #include "hybrid3d/layers/layer.hpp"
 
 namespace h3d {
@@ -12,18 +18,23 @@ class Activation : public Layer {
  public:
   Activation(std::string name, ActKind kind, float param = 0.0f) : Layer(std::move(name)), kind_(kind), p_(param) {}
   ActShape setup(const ActShape& in, const ProcessGrid&) override { return in; }
-  void forward(StepContext& ctx, const Tensor& x, Tensor& y) override {
-    y.reshape_like(x.shape());
-    ctx.backend->activation_forward(kind_, p_, x.data(), y.data(), x.numel());
-  }
-  void backward(StepContext& ctx, const Tensor&, const Tensor& y, const Tensor& dy, Tensor& dx) override {
-    dx.reshape_like(dy.shape());
-    ctx.backend->activation_backward(kind_, p_, y.data(), dy.data(), dx.data(), dy.numel());
-  }
+  void forward(StepContext& ctx, const Tensor& x, Tensor& y) override;
+  void backward(StepContext& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+  void forward_consuming(StepContext& ctx, Tensor& x, Tensor& y) override;
+  void backward_consuming(StepContext& ctx, const Tensor& x, const Tensor& y, Tensor& dy, Tensor& dx) override;
+  bool backward_reads_input() const override { return false; }
+  bool in_place() const override { return true; }
+  bool backward_reads_output() const override { return !sign_mask_kind(); }
+  void release_saved() override { std::vector<uint64_t>().swap(mask_); }
 
  private:
+  bool sign_mask_kind() const { return kind_ == ActKind::kRelu || kind_ == ActKind::kLeakyRelu; }
+  // y may be x (in place).
+  void apply(StepContext& ctx, const float* x, Tensor& y);
+  void apply_grad(StepContext& ctx, const Tensor& y, const float* dy, Tensor& dx);
   ActKind kind_;
   float p_;
+  std::vector<uint64_t> mask_;  // bit i: output i > 0 (ReLUs, training)
 };
 
 }  // namespace h3d

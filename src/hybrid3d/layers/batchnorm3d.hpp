@@ -17,6 +17,7 @@ class BatchNorm3d : public Layer {
   ActShape setup(const ActShape& in, const ProcessGrid& grid) override;
   void forward(StepContext& ctx, const Tensor& x, Tensor& y) override;
   void backward(StepContext& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+  bool backward_reads_output() const override { return false; }
   std::vector<Param*> params() override { return {&gamma_, &beta_}; }
   std::vector<StateBuffer*> buffers() override { return {&running_mean_, &running_var_, &batches_}; }
 

@@ -35,6 +35,7 @@ ActShape Conv3d::setup(const ActShape& in, const ProcessGrid& grid) {
   out.dist = in.dist.through(w, name_);
   input_.plan(in.dist, w, out.dist, grid.spatial_rank(), 0.0f);
   out_ext_ = out.dist.box(grid.spatial_rank()).extents();
+  in_ext_ = in.dist.box(grid.spatial_rank()).extents();
   return out;
 }
 
@@ -51,23 +52,35 @@ ConvDesc Conv3d::desc(int64_t n) const {
   return d;
 }
 
-void Conv3d::forward(StepContext& ctx, const Tensor& x, Tensor& y) {
-  int64_t n = x.dim(0);
-  const Tensor& xp = input_.gather(ctx.grid->group(), x);
-  y.reshape_like({n, o_.out_channels, out_ext_[0], out_ext_[1], out_ext_[2]});
-  ctx.backend->conv3d_forward(desc(n), xp.data(), weight_.value.data(), o_.bias ? bias_.value.data() : nullptr,
+void Conv3d::run_forward(StepContext& ctx, const Tensor& xp, Tensor& y) {
+  y.reshape_uninit({n_, o_.out_channels, out_ext_[0], out_ext_[1], out_ext_[2]});
+  ctx.backend->conv3d_forward(desc(n_), xp.data(), weight_.value.data(), o_.bias ? bias_.value.data() : nullptr,
                               y.data());
 }
 
+void Conv3d::forward(StepContext& ctx, const Tensor& x, Tensor& y) {
+  n_ = x.dim(0);
+  run_forward(ctx, input_.gather(ctx.grid->group(), x), y);
+}
+
+void Conv3d::forward_consuming(StepContext& ctx, Tensor& x, Tensor& y) {
+  n_ = x.dim(0);
+  run_forward(ctx, input_.gather_consuming(ctx.grid->group(), x), y);
+  x.release();  // gone already unless the layer has no halo
+}
+
 void Conv3d::backward(StepContext& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
-  int64_t n = x.dim(0);
-  ConvDesc d = desc(n);
+  ConvDesc d = desc(n_);
   const Tensor& xp = input_.saved(x);
   ctx.backend->conv3d_backward_weights(d, xp.data(), dy.data(), weight_.grad.data(),
                                        o_.bias ? bias_.grad.data() : nullptr);
-  input_.input_grad(ctx.grid->group(), x, dx, [&](float* out) {
-    ctx.backend->conv3d_backward_data(d, dy.data(), weight_.value.data(), out);
-  });
+  input_.release();  // read for the last time: the gradient below may reuse its buffer
+  if (!input_grad_needed_) {
+    dx.release();
+    return;
+  }
+  input_.input_grad(ctx.grid->group(), {n_, o_.in_channels, in_ext_[0], in_ext_[1], in_ext_[2]}, dx,
+                    [&](float* out) { ctx.backend->conv3d_backward_data(d, dy.data(), weight_.value.data(), out); });
 }
 
 }  // namespace h3d

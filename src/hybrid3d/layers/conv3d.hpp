@@ -22,15 +22,23 @@ class Conv3d : public Layer {
   ActShape setup(const ActShape& in, const ProcessGrid& grid) override;
   void forward(StepContext& ctx, const Tensor& x, Tensor& y) override;
   void backward(StepContext& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+  void forward_consuming(StepContext& ctx, Tensor& x, Tensor& y) override;
+  // Backward reads the padded copy it keeps, or x itself when there is none.
+  bool backward_reads_input() const override { return input_.trivial(); }
+  bool backward_reads_output() const override { return false; }
+  int64_t input_capacity_wish(int64_t n) const override { return input_.input_capacity(n * o_.in_channels); }
+  void release_saved() override { input_.release(); }
   std::vector<Param*> params() override;
   const Conv3dOptions& options() const { return o_; }
 
  private:
   ConvDesc desc(int64_t n) const;
+  void run_forward(StepContext& ctx, const Tensor& xp, Tensor& y);
   Conv3dOptions o_;
   Param weight_, bias_;
   PaddedInput input_;
-  std::array<int64_t, 3> out_ext_{};
+  std::array<int64_t, 3> out_ext_{}, in_ext_{};
+  int64_t n_ = 0;  // samples of the last forward
 };
 
 }  // namespace h3d

@@ -17,7 +17,7 @@ ActShape Dropout::setup(const ActShape& in, const ProcessGrid& grid) {
 }
 
 void Dropout::apply(const StepContext& ctx, const Tensor& in, Tensor& out) const {
-  out.reshape_like(in.shape());
+  if (&in != &out) out.reshape_uninit(in.shape());
   const float keep_scale = 1.0f / (1.0f - p_);
   const int64_t n = in.dim(0);
   const uint64_t stream = stream_ ^ (uint64_t(ctx.step) * 0x9E3779B97F4A7C15ull);
@@ -55,6 +55,16 @@ void Dropout::backward(StepContext& ctx, const Tensor&, const Tensor&, const Ten
     return;
   }
   apply(ctx, dy, dx);  // the same mask and scale
+}
+
+void Dropout::forward_consuming(StepContext& ctx, Tensor& x, Tensor& y) {
+  y = std::move(x);
+  if (ctx.training && p_ != 0.0f) apply(ctx, y, y);
+}
+
+void Dropout::backward_consuming(StepContext& ctx, const Tensor&, const Tensor&, Tensor& dy, Tensor& dx) {
+  dx = std::move(dy);
+  if (ctx.training && p_ != 0.0f) apply(ctx, dx, dx);
 }
 
 }  // namespace h3d

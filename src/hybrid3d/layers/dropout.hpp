@@ -14,6 +14,13 @@ class Dropout : public Layer {
   ActShape setup(const ActShape& in, const ProcessGrid& grid) override;
   void forward(StepContext& ctx, const Tensor& x, Tensor& y) override;
   void backward(StepContext& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+  // The mask is a function of (seed, step, position): nothing is kept, and
+  // both directions run in place when allowed.
+  void forward_consuming(StepContext& ctx, Tensor& x, Tensor& y) override;
+  void backward_consuming(StepContext& ctx, const Tensor& x, const Tensor& y, Tensor& dy, Tensor& dx) override;
+  bool backward_reads_input() const override { return false; }
+  bool in_place() const override { return true; }
+  bool backward_reads_output() const override { return false; }
 
  private:
   void apply(const StepContext& ctx, const Tensor& in, Tensor& out) const;

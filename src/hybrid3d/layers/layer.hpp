@@ -66,13 +66,42 @@ class Layer {
 
   virtual ActShape setup(const ActShape& in, const ProcessGrid& grid) = 0;
   virtual void forward(StepContext& ctx, const Tensor& x, Tensor& y) = 0;
-  // x and y are the tensors of the forward pass; dx is overwritten.
+  // x and y are the tensors of the forward pass; dx is overwritten. x or y
+  // is empty when the layer said backward does not read it (below).
   virtual void backward(StepContext& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) = 0;
+
+  // Memory planning (see Network). What backward reads of the forward pass;
+  // the network frees everything else as soon as it can.
+  virtual bool backward_reads_input() const { return true; }
+  virtual bool backward_reads_output() const { return true; }
+  // forward() when nothing needs x afterwards: the layer may take x's
+  // storage (in-place activations, halo-padded copies grown in place).
+  // x is left empty.
+  virtual void forward_consuming(StepContext& ctx, Tensor& x, Tensor& y) {
+    forward(ctx, x, y);
+    x.release();
+  }
+  // backward() when nothing needs dy afterwards: dx may take dy's storage.
+  virtual void backward_consuming(StepContext& ctx, const Tensor& x, const Tensor& y, Tensor& dy, Tensor& dx) {
+    backward(ctx, x, y, dy, dx);
+    dy.release();
+  }
+  // forward_consuming() hands x's buffer on as y (pointwise layers).
+  virtual bool in_place() const { return false; }
+  // Floats the input's buffer should hold so that forward_consuming can
+  // grow it in place into a halo-padded copy (0: no wish).
+  virtual int64_t input_capacity_wish(int64_t /*n*/) const { return 0; }
+  // Frees what forward saved for backward (after an inference forward).
+  virtual void release_saved() {}
+  // The first layer's input gradient is never used: it may skip it (dx is
+  // then left empty).
+  void set_input_grad_needed(bool needed) { input_grad_needed_ = needed; }
   virtual std::vector<Param*> params() { return {}; }
   virtual std::vector<StateBuffer*> buffers() { return {}; }
 
  protected:
   std::string name_;
+  bool input_grad_needed_ = true;
 };
 
 // Deterministic PyTorch-default initialisation: U(-1/sqrt(fan_in), 1/sqrt(fan_in)),

@@ -20,6 +20,7 @@ class Linear : public Layer {
   ActShape setup(const ActShape& in, const ProcessGrid& grid) override;
   void forward(StepContext& ctx, const Tensor& x, Tensor& y) override;
   void backward(StepContext& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+  bool backward_reads_output() const override { return false; }
   std::vector<Param*> params() override { return {&weight_, &bias_}; }
 
  private:

@@ -23,6 +23,7 @@ ActShape Pool3d::setup(const ActShape& in, const ProcessGrid& grid) {
   float pad = kind_ == PoolKind::kMax ? -std::numeric_limits<float>::infinity() : 0.0f;
   input_.plan(in.dist, w, out.dist, grid.spatial_rank(), pad);
   out_ext_ = out.dist.box(grid.spatial_rank()).extents();
+  in_ext_ = in.dist.box(grid.spatial_rank()).extents();
   return out;
 }
 
@@ -38,18 +39,27 @@ PoolDesc Pool3d::desc(int64_t n) const {
   return d;
 }
 
+void Pool3d::run_forward(StepContext& ctx, const Tensor& xp, Tensor& y) {
+  y.reshape_uninit({n_, channels_, out_ext_[0], out_ext_[1], out_ext_[2]});
+  ctx.backend->pool3d_forward(desc(n_), xp.data(), y.data());
+  if (kind_ == PoolKind::kAvg) input_.release();  // backward needs no values
+}
+
 void Pool3d::forward(StepContext& ctx, const Tensor& x, Tensor& y) {
-  int64_t n = x.dim(0);
-  const Tensor& xp = input_.gather(ctx.grid->group(), x);
-  y.reshape_like({n, channels_, out_ext_[0], out_ext_[1], out_ext_[2]});
-  ctx.backend->pool3d_forward(desc(n), xp.data(), y.data());
+  n_ = x.dim(0);
+  run_forward(ctx, input_.gather(ctx.grid->group(), x), y);
+}
+
+void Pool3d::forward_consuming(StepContext& ctx, Tensor& x, Tensor& y) {
+  n_ = x.dim(0);
+  run_forward(ctx, input_.gather_consuming(ctx.grid->group(), x), y);
+  x.release();
 }
 
 void Pool3d::backward(StepContext& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
-  int64_t n = x.dim(0);
-  const Tensor& xp = input_.saved(x);
-  input_.input_grad(ctx.grid->group(), x, dx,
-                    [&](float* out) { ctx.backend->pool3d_backward(desc(n), xp.data(), dy.data(), out); });
+  const float* xp = kind_ == PoolKind::kMax ? input_.saved(x).data() : nullptr;
+  input_.input_grad(ctx.grid->group(), {n_, channels_, in_ext_[0], in_ext_[1], in_ext_[2]}, dx,
+                    [&](float* out) { ctx.backend->pool3d_backward(desc(n_), xp, dy.data(), out); });
 }
 
 }  // namespace h3d

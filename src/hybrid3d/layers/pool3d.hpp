@@ -14,14 +14,23 @@ class Pool3d : public Layer {
   ActShape setup(const ActShape& in, const ProcessGrid& grid) override;
   void forward(StepContext& ctx, const Tensor& x, Tensor& y) override;
   void backward(StepContext& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+  void forward_consuming(StepContext& ctx, Tensor& x, Tensor& y) override;
+  // Average pooling's gradient needs no values; max pooling finds its
+  // maxima again in the input (its padded copy, or x itself).
+  bool backward_reads_input() const override { return kind_ == PoolKind::kMax && input_.trivial(); }
+  bool backward_reads_output() const override { return false; }
+  int64_t input_capacity_wish(int64_t n) const override { return input_.input_capacity(n * channels_); }
+  void release_saved() override { input_.release(); }
 
  private:
   PoolDesc desc(int64_t n) const;
+  void run_forward(StepContext& ctx, const Tensor& xp, Tensor& y);
   PoolKind kind_;
   Window1D w_;
   int64_t channels_ = 0;
   PaddedInput input_;
-  std::array<int64_t, 3> out_ext_{};
+  std::array<int64_t, 3> out_ext_{}, in_ext_{};
+  int64_t n_ = 0;  // samples of the last forward
 };
 
 }  // namespace h3d

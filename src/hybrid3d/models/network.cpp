@@ -15,30 +15,52 @@ void Network::setup(const ActShape& input, const ProcessGrid& grid) {
     shapes_.push_back(s);
   }
   acts_.assign(layers_.size(), Tensor());
+  if (!layers_.empty()) layers_.front()->set_input_grad_needed(false);
 }
 
-const Tensor& Network::forward(StepContext& ctx, const Tensor& x) {
+bool Network::kept_for_backward(int64_t i) const {
+  const int64_t L = int64_t(layers_.size());
+  if (i >= 0 && layers_[size_t(i)]->backward_reads_output()) return true;
+  return i + 1 < L && layers_[size_t(i + 1)]->backward_reads_input();
+}
+
+const Tensor& Network::forward(StepContext& ctx, Tensor x) {
   H3D_CHECK(!layers_.empty() && acts_.size() == layers_.size(), "Network::forward before setup");
-  x_ = &x;
-  const Tensor* in = &x;
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    layers_[i]->forward(ctx, *in, acts_[i]);
-    in = &acts_[i];
+  const int64_t L = int64_t(layers_.size()), n = x.dim(0);
+  x_ = std::move(x);
+  for (int64_t i = 0; i < L; ++i) {
+    Layer& l = *layers_[size_t(i)];
+    Tensor &in = act(i - 1), &out = act(i);
+    bool consume = !ctx.training || !kept_for_backward(i - 1);
+    if (!(consume && l.in_place())) {
+      // Room for the next window layer to grow this output into its padded
+      // copy, also through one pointwise layer in between (conv-act-pool).
+      int64_t wish = 0;
+      for (int64_t j = i + 1; j <= std::min(i + 2, L - 1); ++j)
+        wish = std::max(wish, layers_[size_t(j)]->input_capacity_wish(n));
+      out.reserve(wish);
+    }
+    if (consume) {
+      l.forward_consuming(ctx, in, out);
+    } else {
+      l.forward(ctx, in, out);
+    }
+    if (!ctx.training) l.release_saved();
   }
   return acts_.back();
 }
 
-const Tensor& Network::backward(StepContext& ctx, const Tensor& dy) {
-  H3D_CHECK(x_ != nullptr, "Network::backward before forward");
-  const Tensor* g = &dy;
-  int cur = 0;
-  for (size_t j = layers_.size(); j-- > 0;) {
-    const Tensor& in = j == 0 ? *x_ : acts_[j - 1];
-    layers_[j]->backward(ctx, in, acts_[j], *g, grads_[cur]);
-    g = &grads_[cur];
-    cur ^= 1;
+void Network::backward(StepContext& ctx, Tensor dy) {
+  H3D_CHECK(!acts_.empty() && !acts_.back().empty(), "Network::backward before a training forward");
+  Tensor g = std::move(dy), dx;
+  for (int64_t j = int64_t(layers_.size()) - 1; j >= 0; --j) {
+    Layer& l = *layers_[size_t(j)];
+    l.backward_consuming(ctx, act(j - 1), act(j), g, dx);
+    g = std::move(dx);
+    act(j).release();
+    l.release_saved();
   }
-  return *g;
+  x_.release();
 }
 
 std::vector<Param*> Network::params() {

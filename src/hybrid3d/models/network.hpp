@@ -1,6 +1,15 @@
-// Network: a chain of layers with its input shape. Keeps every layer's
-// output of the last forward for backward (activation memory planning is a
-// later step: see docs/roadmap.md).
+// Network: a chain of layers with its input shape, and the plan of which
+// activations live how long.
+//
+// Memory plan: an activation is kept for backward only if a layer's backward
+// reads it (Layer::backward_reads_input/output); otherwise the next layer
+// consumes it: pointwise layers run in place, window layers grow it into
+// their halo-padded copy (the producer reserves the capacity for that), and
+// anything else frees it as soon as the next layer has read it. In backward
+// each gradient is freed as soon as the layer below has used it, and every
+// activation as soon as its layer's backward is done. The first layer's
+// input gradient is not computed. Freed buffers go back to the BufferPool,
+// so the next step reuses them without page faults.
 #pragma once
 #include <memory>
 #include <string>
@@ -18,11 +27,13 @@ class Network {
   void setup(const ActShape& input, const ProcessGrid& grid);
   const ActShape& input_shape() const { return input_; }
   const ActShape& output_shape() const { return shapes_.back(); }
-  // The output of the last layer.
-  const Tensor& forward(StepContext& ctx, const Tensor& x);
+  // The output of the last layer. x is consumed. In inference
+  // (ctx.training false) nothing is kept for backward.
+  const Tensor& forward(StepContext& ctx, Tensor x);
   // dy: gradient of the loss w.r.t. the output. Fills every Param::grad
-  // (not yet reduced across ranks). Returns the gradient w.r.t. the input.
-  const Tensor& backward(StepContext& ctx, const Tensor& dy);
+  // (not yet reduced across ranks) and frees what forward kept. The
+  // gradient w.r.t. the input is not computed: the result is empty.
+  void backward(StepContext& ctx, Tensor dy);
 
   std::vector<Param*> params();
   std::vector<StateBuffer*> buffers();
@@ -30,12 +41,15 @@ class Network {
   std::string summary() const;
 
  private:
+  // Whether backward reads the output of layer i (i = -1: the input).
+  bool kept_for_backward(int64_t i) const;
+  Tensor& act(int64_t i) { return i < 0 ? x_ : acts_[size_t(i)]; }
+
   std::vector<std::unique_ptr<Layer>> layers_;
   ActShape input_;
   std::vector<ActShape> shapes_;  // output of each layer
-  const Tensor* x_ = nullptr;
+  Tensor x_;
   std::vector<Tensor> acts_;
-  Tensor grads_[2];  // ping-pong buffers for backward
 };
 
 }  // namespace h3d

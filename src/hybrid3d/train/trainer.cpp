@@ -150,7 +150,7 @@ double Trainer::train_step(int64_t step) {
 
   StepContext ctx{backend_.get(), grid_.get(), true, o_.model.seed, step, {}};
   for (int64_t p = lo; p < hi; ++p) ctx.batch_positions.push_back(p);
-  output_ = net_.forward(ctx, input_);
+  output_ = net_.forward(ctx, std::move(input_));
 
   // MSE over the global mini-batch: the head is replicated in each group, so
   // summing over one rank per group (the replicas communicator) is exact.
@@ -167,7 +167,7 @@ double Trainer::train_step(int64_t step) {
   if (!std::isfinite(loss))
     H3D_THROW(UsageError, "the loss is " << loss << " at step " << step
                                           << "; training stopped (lower --lr, or check the input data and --transform)");
-  net_.backward(ctx, dout_);
+  net_.backward(ctx, std::move(dout_));
   reducer_.reduce(*grid_, net_.params());
   opt_->step(net_.params(), o_.schedule.at(step));
   return loss;
@@ -187,7 +187,7 @@ ValidationResult Trainer::validate() {
     load_batch(*val_src_, mine, x, t);
     StepContext ctx{backend_.get(), grid_.get(), false, o_.model.seed, 0, {}};
     for (int64_t p = lo; p < hi; ++p) ctx.batch_positions.push_back(p);
-    const Tensor& y = net_.forward(ctx, x);
+    const Tensor& y = net_.forward(ctx, std::move(x));
     for (int64_t i = 0; i < y.numel(); ++i) {
       double d = double(y[i]) - t[size_t(i)];
       acc[size_t(i % 4)] += d * d;

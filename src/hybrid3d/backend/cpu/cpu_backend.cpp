@@ -146,4 +146,17 @@ void CpuBackend::activation_backward(ActKind kind, float param, const float* y, 
     RefBackend::activation_backward(kind, param, y + i, dy + i, dx + i, std::min(chunk, n - i));
 }
 
+void CpuBackend::sign_mask(const float* y, uint64_t* bits, int64_t n) {
+  const int64_t chunk = 1 << 16;  // a multiple of 64: chunks own whole words
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i += chunk) RefBackend::sign_mask(y + i, bits + i / 64, std::min(chunk, n - i));
+}
+
+void CpuBackend::masked_slope_backward(const uint64_t* bits, float slope, const float* dy, float* dx, int64_t n) {
+  const int64_t chunk = 1 << 16;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i += chunk)
+    RefBackend::masked_slope_backward(bits + i / 64, slope, dy + i, dx + i, std::min(chunk, n - i));
+}
+
 }  // namespace h3d

@@ -24,6 +24,8 @@ class CpuBackend : public RefBackend {
   void activation_forward(ActKind kind, float param, const float* x, float* y, int64_t n) override;
   void activation_backward(ActKind kind, float param, const float* y, const float* dy, float* dx,
                            int64_t n) override;
+  void sign_mask(const float* y, uint64_t* bits, int64_t n) override;
+  void masked_slope_backward(const uint64_t* bits, float slope, const float* dy, float* dx, int64_t n) override;
 
  private:
   struct Impl;

@@ -19,6 +19,8 @@ class RefBackend : public Backend {
   void activation_forward(ActKind kind, float param, const float* x, float* y, int64_t n) override;
   void activation_backward(ActKind kind, float param, const float* y, const float* dy, float* dx,
                            int64_t n) override;
+  void sign_mask(const float* y, uint64_t* bits, int64_t n) override;
+  void masked_slope_backward(const uint64_t* bits, float slope, const float* dy, float* dx, int64_t n) override;
   void channel_moments(const float* x, int64_t n, int64_t c, int64_t v, double* sum, double* sumsq) override;
   void channel_affine(const float* x, int64_t n, int64_t c, int64_t v, const float* scale, const float* shift,
                       float* y) override;

@@ -121,7 +121,7 @@ void RefBackend::pool3d_backward(const PoolDesc& d, const float* x, const float*
   Geom g = geom(d);
   std::vector<double> acc(static_cast<size_t>(g.in_vol()));
   for (int64_t nc = 0; nc < d.n * d.c; ++nc) {
-    const float* xc = x + nc * g.in_vol();
+    const float* xc = x ? x + nc * g.in_vol() : nullptr;  // average pooling passes no x
     std::fill(acc.begin(), acc.end(), 0.0);
     g.outputs([&](int64_t oz, int64_t oy, int64_t ox, int64_t o) {
       double gy = dy[nc * g.out_vol() + o];

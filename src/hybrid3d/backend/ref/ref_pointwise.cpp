@@ -1,3 +1,4 @@
+#include <algorithm>
 // Reference matrix product, activations and per-channel reductions.
 #include <cmath>
 #include <vector>
@@ -51,6 +52,18 @@ void RefBackend::activation_backward(ActKind kind, float p, const float* y, cons
       case ActKind::kScale: dx[i] = p * g; break;
     }
   }
+}
+
+void RefBackend::sign_mask(const float* y, uint64_t* bits, int64_t n) {
+  for (int64_t w = 0; w * 64 < n; ++w) {
+    uint64_t b = 0;
+    for (int64_t j = 0, e = std::min<int64_t>(64, n - w * 64); j < e; ++j) b |= uint64_t(y[w * 64 + j] > 0) << j;
+    bits[w] = b;
+  }
+}
+
+void RefBackend::masked_slope_backward(const uint64_t* bits, float slope, const float* dy, float* dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dx[i] = (bits[i / 64] >> (i % 64)) & 1 ? dy[i] : slope * dy[i];
 }
 
 void RefBackend::channel_moments(const float* x, int64_t n, int64_t c, int64_t v, double* sum, double* sumsq) {

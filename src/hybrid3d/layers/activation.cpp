@@ -1,0 +1,42 @@
+#include "hybrid3d/layers/activation.hpp"
+
+namespace h3d {
+
+void Activation::apply(StepContext& ctx, const float* x, Tensor& y) {
+  ctx.backend->activation_forward(kind_, p_, x, y.data(), y.numel());
+  if (ctx.training && sign_mask_kind()) {
+    mask_.resize(size_t((y.numel() + 63) / 64));
+    ctx.backend->sign_mask(y.data(), mask_.data(), y.numel());
+  }
+}
+
+void Activation::apply_grad(StepContext& ctx, const Tensor& y, const float* dy, Tensor& dx) {
+  if (sign_mask_kind()) {
+    H3D_CHECK(int64_t(mask_.size()) * 64 >= dx.numel(), "layer " << name_ << ": backward without a training forward");
+    ctx.backend->masked_slope_backward(mask_.data(), kind_ == ActKind::kRelu ? 0.0f : p_, dy, dx.data(), dx.numel());
+    return;
+  }
+  ctx.backend->activation_backward(kind_, p_, y.data(), dy, dx.data(), dx.numel());
+}
+
+void Activation::forward(StepContext& ctx, const Tensor& x, Tensor& y) {
+  y.reshape_uninit(x.shape());
+  apply(ctx, x.data(), y);
+}
+
+void Activation::forward_consuming(StepContext& ctx, Tensor& x, Tensor& y) {
+  y = std::move(x);
+  apply(ctx, y.data(), y);
+}
+
+void Activation::backward(StepContext& ctx, const Tensor&, const Tensor& y, const Tensor& dy, Tensor& dx) {
+  dx.reshape_uninit(dy.shape());
+  apply_grad(ctx, y, dy.data(), dx);
+}
+
+void Activation::backward_consuming(StepContext& ctx, const Tensor&, const Tensor& y, Tensor& dy, Tensor& dx) {
+  dx = std::move(dy);
+  apply_grad(ctx, y, dx.data(), dx);
+}
+
+}  // namespace h3d
