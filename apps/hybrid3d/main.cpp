@@ -95,6 +95,9 @@ int main(int argc, char** argv) {
     train->add_option("--init", o.init, "initial weights (safetensors, PyTorch state_dict names)");
     train->add_option("--save", o.save, "write the final weights here (safetensors)");
     train->add_option("--metrics", o.metrics, "write JSON lines metrics here");
+    train->add_option("--profile", o.profile,
+                      "time every layer, halo, allreduce, data and memory (after the first step); print the table "
+                      "and write it as JSON here");
     train->add_option("--threads", threads, "threads per rank (default: OMP_NUM_THREADS or all cores)");
     train->add_option("--backend", o.backend, "cpu (oneDNN) | ref (reference loops)")->capture_default_str();
     train->add_option("--log-every", o.log_every, "progress line every N steps")->capture_default_str();

@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "hybrid3d/core/error.hpp"
+#include "hybrid3d/core/profiler.hpp"
 #include "hybrid3d/dist/box_copy.hpp"
 
 namespace h3d {
@@ -73,6 +74,7 @@ void HaloExchange::post(const Comm& group, std::vector<Region>& incoming, std::v
 }
 
 void HaloExchange::start(const Comm& group, const Tensor& x, Tensor& xp) {
+  ProfileScope timed(prof::kHaloExposed, prof::kHaloTotal);
   post(group, recv_, send_, x, own_, kTagForward);
   xp.reshape_uninit(with_nc(x.dim(0), x.dim(1), padded_));
   fill_outside(xp.data(), x.dim(0) * x.dim(1), padded_, local_, pad_value_);
@@ -82,6 +84,7 @@ void HaloExchange::start(const Comm& group, const Tensor& x, Tensor& xp) {
 bool HaloExchange::start_in_place(const Comm& group, Tensor& x, Tensor& xp) {
   auto shape = with_nc(x.dim(0), x.dim(1), padded_);
   if (x.capacity() < size_t(Tensor::count(shape)) || !padded_.contains(own_)) return false;
+  ProfileScope timed(prof::kHaloExposed, prof::kHaloTotal);
   const int64_t nc = x.dim(0) * x.dim(1);
   post(group, recv_, send_, x, own_, kTagForward);  // packs the outgoing cells before they move
   relayout_in_place(x.data(), nc, own_, padded_, local_);
@@ -92,11 +95,13 @@ bool HaloExchange::start_in_place(const Comm& group, Tensor& x, Tensor& xp) {
 }
 
 void HaloExchange::finish(Tensor& xp) {
+  ProfileScope timed(prof::kHaloExposed, prof::kHaloTotal);
   wait_all();
   for (auto& r : recv_) unpack_box(r.buf.data(), r.box, xp, padded_, CopyMode::kAssign);
 }
 
 void HaloExchange::reverse_start(const Comm& group, Tensor& dxp, Tensor& dx) {
+  ProfileScope timed(prof::kHaloExposed, prof::kHaloTotal);
   // The cells I received in forward go back to their owners; the cells I
   // sent come back to me as gradients.
   post(group, send_, recv_, dxp, padded_, kTagReverse);
@@ -115,6 +120,7 @@ void HaloExchange::reverse_start(const Comm& group, Tensor& dxp, Tensor& dx) {
 }
 
 void HaloExchange::reverse_finish(Tensor& dx) {
+  ProfileScope timed(prof::kHaloExposed, prof::kHaloTotal);
   wait_all();
   for (auto& r : send_) unpack_box(r.buf.data(), r.box, dx, own_, CopyMode::kAdd);
 }

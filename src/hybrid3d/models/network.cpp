@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "hybrid3d/core/error.hpp"
+#include "hybrid3d/core/profiler.hpp"
 
 namespace h3d {
 
@@ -16,6 +17,12 @@ void Network::setup(const ActShape& input, const ProcessGrid& grid) {
   }
   acts_.assign(layers_.size(), Tensor());
   if (!layers_.empty()) layers_.front()->set_input_grad_needed(false);
+  fwd_names_.clear();
+  bwd_names_.clear();
+  for (auto& l : layers_) {
+    fwd_names_.push_back(l->name() + ".forward");
+    bwd_names_.push_back(l->name() + ".backward");
+  }
 }
 
 bool Network::kept_for_backward(int64_t i) const {
@@ -40,6 +47,7 @@ const Tensor& Network::forward(StepContext& ctx, Tensor x) {
         wish = std::max(wish, layers_[size_t(j)]->input_capacity_wish(n));
       out.reserve(wish);
     }
+    ProfileScope timed(fwd_names_[size_t(i)].c_str());
     if (consume) {
       l.forward_consuming(ctx, in, out);
     } else {
@@ -55,6 +63,7 @@ void Network::backward(StepContext& ctx, Tensor dy) {
   Tensor g = std::move(dy), dx;
   for (int64_t j = int64_t(layers_.size()) - 1; j >= 0; --j) {
     Layer& l = *layers_[size_t(j)];
+    ProfileScope timed(bwd_names_[size_t(j)].c_str());
     l.backward_consuming(ctx, act(j - 1), act(j), g, dx);
     g = std::move(dx);
     act(j).release();

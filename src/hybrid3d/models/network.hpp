@@ -50,6 +50,7 @@ class Network {
   std::vector<ActShape> shapes_;  // output of each layer
   Tensor x_;
   std::vector<Tensor> acts_;
+  std::vector<std::string> fwd_names_, bwd_names_;  // profiler regions
 };
 
 }  // namespace h3d

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "hybrid3d/core/profiler.hpp"
+
 namespace h3d {
 
 void GradientReducer::reduce(const ProcessGrid& grid, const std::vector<Param*>& params) {
@@ -20,7 +22,10 @@ void GradientReducer::reduce(const ProcessGrid& grid, const std::vector<Param*>&
     }
     off += p->grad.numel();
   }
-  grid.world().allreduce_sum(flat_.data(), total);
+  {
+    ProfileScope timed(prof::kAllreduceExposed, prof::kAllreduceTotal);
+    grid.world().allreduce_sum(flat_.data(), total);
+  }
   off = 0;
   for (auto* p : params) {
     if (p->reduce == GradReduce::kComplete) continue;

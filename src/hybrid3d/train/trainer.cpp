@@ -8,9 +8,11 @@
 #include <numeric>
 
 #include "hybrid3d/core/error.hpp"
+#include "hybrid3d/core/profiler.hpp"
 #include "hybrid3d/core/rng.hpp"
 #include "hybrid3d/data/hdf5_source.hpp"
 #include "hybrid3d/data/synthetic_universe.hpp"
+#include "hybrid3d/train/profile_report.hpp"
 #include "hybrid3d/train/safetensors.hpp"
 
 namespace h3d {
@@ -25,6 +27,14 @@ std::unique_ptr<SampleSource> open_source(const std::string& spec, const TrainOp
   if (spec == "synthetic")
     return std::make_unique<SyntheticUniverses>(o.model.input_size, count, o.model.seed, offset, t);
   return std::make_unique<Hdf5Universes>(spec, t);
+}
+
+void require_writable_dir(const char* flag, const std::string& path) {
+  if (path.empty()) return;
+  auto slash = path.find_last_of('/');
+  std::string dir = slash == std::string::npos ? "." : path.substr(0, std::max<size_t>(slash, 1));
+  H3D_USAGE_CHECK(access(dir.c_str(), W_OK) == 0,
+                  flag << " '" << path << "': directory '" << dir << "' does not exist or is not writable");
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -84,13 +94,10 @@ Trainer::Trainer(const Comm& world, TrainOptions o) : o_(std::move(o)) {
   total_steps_ = o_.steps > 0 ? o_.steps : std::max<int64_t>(1, o_.epochs) * steps_per_epoch_;
   o_.schedule.total_steps = total_steps_;
   o_.schedule.validate();
-  if (!o_.save.empty()) {
-    // Refuse an unwritable destination now rather than after training.
-    auto slash = o_.save.find_last_of('/');
-    std::string dir = slash == std::string::npos ? "." : o_.save.substr(0, std::max<size_t>(slash, 1));
-    H3D_USAGE_CHECK(access(dir.c_str(), W_OK) == 0,
-                    "--save '" << o_.save << "': directory '" << dir << "' does not exist or is not writable");
-  }
+  // Refuse an unwritable destination now rather than after training.
+  require_writable_dir("--save", o_.save);
+  require_writable_dir("--profile", o_.profile);
+  require_writable_dir("--metrics", o_.metrics);
   metrics_.open(o_.metrics, world.rank() == 0);
 }
 
@@ -146,7 +153,10 @@ double Trainer::train_step(int64_t step) {
   int64_t lo, hi;
   local_range(lo, hi);
   std::vector<int64_t> mine(ids.begin() + lo, ids.begin() + hi);
-  load_batch(*train_src_, mine, input_, targets_);
+  {
+    ProfileScope timed(prof::kDataWait);
+    load_batch(*train_src_, mine, input_, targets_);
+  }
 
   StepContext ctx{backend_.get(), grid_.get(), true, o_.model.seed, step, {}};
   for (int64_t p = lo; p < hi; ++p) ctx.batch_positions.push_back(p);
@@ -169,6 +179,7 @@ double Trainer::train_step(int64_t step) {
                                           << "; training stopped (lower --lr, or check the input data and --transform)");
   net_.backward(ctx, std::move(dout_));
   reducer_.reduce(*grid_, net_.params());
+  ProfileScope timed(prof::kOptimizer);
   opt_->step(net_.params(), o_.schedule.at(step));
   return loss;
 }
@@ -246,10 +257,29 @@ void Trainer::run() {
   };
   double window_t = 0;
   int64_t window_n = 0;
+  Profiler& profiler = Profiler::instance();
+  int64_t profiled_steps = 0;
   for (int64_t step = 0; step < total_steps_; ++step) {
+    if (!o_.profile.empty() && step == std::min<int64_t>(1, total_steps_ - 1)) {
+      // The first step creates primitives and touches fresh memory: leave it
+      // out of the profile unless it is the only one.
+      profiler.enable(true);
+      profiler.clear();
+      for (const auto& name : net_.layers()) {
+        profiler.declare(name->name() + ".forward");
+        profiler.declare(name->name() + ".backward");
+      }
+      for (const char* c : {prof::kHaloTotal, prof::kHaloExposed, prof::kAllreduceTotal, prof::kAllreduceExposed,
+                            prof::kDataWait, prof::kOptimizer, prof::kStep})
+        profiler.declare(c);
+    }
     auto ts = std::chrono::steady_clock::now();
     double loss = train_step(step);
     double dt = seconds_since(ts);
+    if (profiler.enabled()) {
+      profiler.add(prof::kStep, dt);
+      ++profiled_steps;
+    }
     window_t += dt;
     ++window_n;
     double sps = double(o_.batch_size) / dt;
@@ -267,6 +297,12 @@ void Trainer::run() {
       window_n = 0;
     }
     if ((step + 1) % val_every == 0 && step + 1 != total_steps_) run_validation(step + 1);
+  }
+  if (profiler.enabled()) {
+    profiler.enable(false);  // validation is not profiled
+    std::vector<std::string> names;
+    for (const auto& l : net_.layers()) names.push_back(l->name());
+    report_profile(*grid_, names, profiled_steps, o_.profile, root);
   }
   run_validation(total_steps_);
   check_replicas_identical();

@@ -32,6 +32,7 @@ struct TrainOptions {
   int64_t train_samples = 64, val_samples = 16;  // synthetic only
   std::string transform = "log1p";
   std::string init, save, metrics;
+  std::string profile;  // --profile: JSON path (empty: off)
   std::string backend = "cpu";
   int64_t log_every = 10, val_every = 0;  // 0: at the end of each epoch
   bool quiet = false;

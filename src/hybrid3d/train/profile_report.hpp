@@ -1,0 +1,17 @@
+// --profile: gathers every rank's Profiler totals and peak memory, and
+// reports per step min / median / max over the ranks (printed on rank 0 and
+// written as JSON).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "hybrid3d/dist/process_grid.hpp"
+
+namespace h3d {
+
+// Collective over the world. `layers` gives the order of the table;
+// `steps` the number of steps the totals cover.
+void report_profile(const ProcessGrid& grid, const std::vector<std::string>& layers, int64_t steps,
+                    const std::string& json_path, bool print);
+
+}  // namespace h3d
