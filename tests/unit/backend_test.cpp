@@ -1,6 +1,8 @@
 // The oneDNN backend against the reference loops, op by op.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "hybrid3d/backend/cpu/cpu_backend.hpp"
 #include "hybrid3d/backend/ref/ref_backend.hpp"
 #include "hybrid3d/layers/window_layer.hpp"
@@ -91,6 +93,59 @@ TEST(PoolReference, MaxAndAvgByHand) {
   d.kind = PoolKind::kAvg;
   ref.pool3d_forward(d, x.data(), y.data());
   EXPECT_FLOAT_EQ(y[0], (0 + 1 + 2 + 3 + 4 + 10 + 6 + 7) / 8.0f);
+}
+
+// The CPU pooling loops against the reference, with ties (values rounded to
+// a few levels) so that "first maximum in window order" is exercised.
+TEST(PoolBackends, CpuMatchesReference) {
+  RefBackend ref;
+  CpuBackend cpu;
+  struct Case { int k, s; std::array<int64_t, 3> in; };
+  for (Case c : {Case{2, 2, {8, 6, 10}}, Case{3, 2, {9, 7, 11}}, Case{3, 1, {5, 6, 7}}})
+    for (PoolKind kind : {PoolKind::kMax, PoolKind::kAvg}) {
+      PoolDesc d;
+      d.kind = kind;
+      d.n = 2;
+      d.c = 3;
+      d.in = c.in;
+      for (int i = 0; i < 3; ++i) d.out[size_t(i)] = (c.in[size_t(i)] - c.k) / c.s + 1;
+      d.k = {c.k, c.k, c.k};
+      d.stride = {c.s, c.s, c.s};
+      Tensor x = rnd({2, 3, c.in[0], c.in[1], c.in[2]}, 3);
+      for (int64_t i = 0; i < x.numel(); ++i) x[i] = std::round(x[i] * 3.0f);
+      Tensor dy = rnd({2, 3, d.out[0], d.out[1], d.out[2]}, 4);
+      Tensor y1(dy.shape()), y2(dy.shape()), dx1(x.shape()), dx2(x.shape());
+      ref.pool3d_forward(d, x.data(), y1.data());
+      cpu.pool3d_forward(d, x.data(), y2.data());
+      ref.pool3d_backward(d, x.data(), dy.data(), dx1.data());
+      cpu.pool3d_backward(d, x.data(), dy.data(), dx2.data());
+      EXPECT_LT(test::rel_diff(y2, y1), test::kTol) << c.k << c.s << int(kind);
+      EXPECT_LT(test::rel_diff(dx2, dx1), test::kTol) << c.k << c.s << int(kind);
+    }
+}
+
+// Sign masks and the masked gradient, on a length that is not a multiple
+// of 64 (the tail) and spans several threads' chunks.
+TEST(PointwiseBackends, CpuMatchesReference) {
+  RefBackend ref;
+  CpuBackend cpu;
+  const int64_t n = (1 << 17) + 77;
+  Tensor x = rnd({n}, 7), dy = rnd({n}, 8), y1({n}), y2({n}), dx1({n}), dx2({n});
+  x[5] = 0.0f;  // zero counts as not positive
+  std::vector<uint64_t> m1(size_t((n + 63) / 64)), m2(m1.size());
+  for (ActKind k : {ActKind::kRelu, ActKind::kLeakyRelu}) {
+    ref.activation_forward(k, 0.3f, x.data(), y1.data(), n);
+    cpu.activation_forward(k, 0.3f, x.data(), y2.data(), n);
+    EXPECT_EQ(test::rel_diff(y2, y1), 0.0);
+  }
+  ref.sign_mask(y1.data(), m1.data(), n);
+  cpu.sign_mask(y1.data(), m2.data(), n);
+  EXPECT_EQ(m1, m2);
+  ref.masked_slope_backward(m1.data(), 0.3f, dy.data(), dx1.data(), n);
+  cpu.masked_slope_backward(m2.data(), 0.3f, dy.data(), dx2.data(), n);
+  EXPECT_EQ(test::rel_diff(dx2, dx1), 0.0);
+  ref.activation_backward(ActKind::kLeakyRelu, 0.3f, y1.data(), dy.data(), dx2.data(), n);
+  EXPECT_EQ(test::rel_diff(dx2, dx1), 0.0);  // the mask path equals the output path
 }
 
 }  // namespace

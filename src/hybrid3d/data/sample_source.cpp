@@ -17,4 +17,23 @@ void apply_transform(InputTransform t, float* data, int64_t n) {
   for (int64_t i = 0; i < n; ++i) data[i] = std::log1p(std::max(data[i], 0.0f));
 }
 
+void transform_counts(InputTransform t, const int16_t* in, float* out, int64_t n) {
+  // Built once per transform: one value for each of the 65536 int16 counts.
+  static const std::vector<float> tables[2] = {
+      [] {
+        std::vector<float> v(65536);
+        for (int i = 0; i < 65536; ++i) v[size_t(i)] = float(int16_t(uint16_t(i)));
+        return v;
+      }(),
+      [] {
+        std::vector<float> v(65536);
+        for (int i = 0; i < 65536; ++i) v[size_t(i)] = float(int16_t(uint16_t(i)));
+        apply_transform(InputTransform::kLog1p, v.data(), int64_t(v.size()));
+        return v;
+      }()};
+  const float* table = tables[t == InputTransform::kLog1p ? 1 : 0].data();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) out[i] = table[uint16_t(in[i])];
+}
+
 }  // namespace h3d

@@ -4,6 +4,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <vector>
 #include <memory>
 #include <string>
 
@@ -28,5 +29,8 @@ class SampleSource {
 
 // Applies the input transform in place.
 void apply_transform(InputTransform t, float* data, int64_t n);
+// out[i] = transform(float(in[i])) for int16 counts, by table lookup:
+// bitwise the same as apply_transform, at the cost of a copy.
+void transform_counts(InputTransform t, const int16_t* in, float* out, int64_t n);
 
 }  // namespace h3d

@@ -149,8 +149,7 @@ void SyntheticUniverses::load(int64_t index, const Box& box, float* out, float* 
     it = cache_.emplace(index, std::move(block)).first;
   }
   const auto& b = it->second;
-  for (size_t i = 0; i < b.size(); ++i) out[i] = float(b[i]);
-  apply_transform(transform_, out, int64_t(b.size()));
+  transform_counts(transform_, b.data(), out, int64_t(b.size()));
 }
 
 std::string SyntheticUniverses::describe() const {

@@ -132,31 +132,4 @@ void CpuBackend::gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float a
   H3D_CHECK(st == dnnl_success, "oneDNN sgemm failed with status " << int(st));
 }
 
-void CpuBackend::activation_forward(ActKind kind, float param, const float* x, float* y, int64_t n) {
-  const int64_t chunk = 1 << 16;
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; i += chunk) RefBackend::activation_forward(kind, param, x + i, y + i, std::min(chunk, n - i));
-}
-
-void CpuBackend::activation_backward(ActKind kind, float param, const float* y, const float* dy, float* dx,
-                                     int64_t n) {
-  const int64_t chunk = 1 << 16;
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; i += chunk)
-    RefBackend::activation_backward(kind, param, y + i, dy + i, dx + i, std::min(chunk, n - i));
-}
-
-void CpuBackend::sign_mask(const float* y, uint64_t* bits, int64_t n) {
-  const int64_t chunk = 1 << 16;  // a multiple of 64: chunks own whole words
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; i += chunk) RefBackend::sign_mask(y + i, bits + i / 64, std::min(chunk, n - i));
-}
-
-void CpuBackend::masked_slope_backward(const uint64_t* bits, float slope, const float* dy, float* dx, int64_t n) {
-  const int64_t chunk = 1 << 16;
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; i += chunk)
-    RefBackend::masked_slope_backward(bits + i / 64, slope, dy + i, dx + i, std::min(chunk, n - i));
-}
-
 }  // namespace h3d
