@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages hybrid3d needs, if any is missing. As root
 # it runs apt-get; as another user it lists what to ask an administrator for.
 set -e
-PKGS="cmake make g++ pkg-config openmpi-bin libopenmpi-dev libdnnl-dev libhdf5-openmpi-dev libfftw3-dev
+PKGS="cmake make g++ pkg-config openmpi-bin libopenmpi-dev libdnnl-dev libhdf5-openmpi-dev libfftw3-dev libfftw3-mpi-dev
       libcli11-dev nlohmann-json3-dev libgtest-dev python3-torch python3-numpy python3-h5py"
 missing=""
 for p in $PKGS; do

@@ -1,13 +1,15 @@
 #include "hybrid3d/data/synthetic_universe.hpp"
 
-#include <fftw3.h>
+#include <fftw3-mpi.h>
 
 #include <cmath>
 #include <complex>
+#include <limits>
 #include <sstream>
 
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/core/rng.hpp"
+#include "hybrid3d/dist/comm.hpp"
 
 namespace h3d {
 
@@ -73,57 +75,157 @@ void universe_unit_par(uint64_t seed, int64_t index, float u[4]) {
     u[j] = float(2.0 * uniform01(seed, kStreamParams, uint64_t(index) * 4 + uint64_t(j)) - 1.0);
 }
 
-std::vector<int16_t> generate_universe(int64_t n, uint64_t seed, int64_t index, float u[4]) {
-  H3D_CHECK(n >= 2 && n <= 1024, "synthetic universe side " << n << " out of range");
-  universe_unit_par(seed, index, u);
-  CosmoParams p = CosmoParams::from_unit(u);
-  Spectrum P = normalised_spectrum(p);
-  const int64_t cells = n * n * n, nk = n / 2 + 1;
-  float* field = fftwf_alloc_real(size_t(cells));
-  fftwf_complex* modes = fftwf_alloc_complex(size_t(n * n * nk));
-  H3D_CHECK(field && modes, "out of memory generating a " << n << "^3 universe");
-  fftwf_plan fwd = fftwf_plan_dft_r2c_3d(int(n), int(n), int(n), field, modes, FFTW_ESTIMATE);
-  fftwf_plan inv = fftwf_plan_dft_c2r_3d(int(n), int(n), int(n), modes, field, FFTW_ESTIMATE);
+namespace {
 
-  uint64_t noise_stream = kStreamNoise ^ (uint64_t(index) << 20);
-  for (int64_t i = 0; i < cells; ++i) field[i] = float(normal01(seed, noise_stream, uint64_t(i)));
-  fftwf_execute(fwd);
-  // White noise with unit variance per cell has <|W_k|^2> = cells; the DFT of
-  // a field with power P has <|d_k|^2> = cells * P(k) / dV.
-  const double dk = 2 * kPi / (double(n) * kVoxelMpc), dv = std::pow(kVoxelMpc, 3);
-  for (int64_t a = 0; a < n; ++a)
-    for (int64_t b = 0; b < n; ++b)
-      for (int64_t c = 0; c < nk; ++c) {
-        double ka = double(a <= n / 2 ? a : a - n), kb = double(b <= n / 2 ? b : b - n), kc = double(c);
-        double k = dk * std::sqrt(ka * ka + kb * kb + kc * kc);
-        double amp = k > 0 ? std::sqrt(P(k) / dv) / double(cells) : 0.0;  // 1/cells: FFTW's inverse is unnormalised
-        auto& m = modes[(a * n + b) * nk + c];
-        m[0] = float(m[0] * amp);
-        m[1] = float(m[1] * amp);
-      }
-  fftwf_execute(inv);
-  double var = 0;
-  for (int64_t i = 0; i < cells; ++i) var += double(field[i]) * field[i];
-  var /= double(cells);
+void init_fftw_mpi() {
+  static const bool done = [] {
+    fftw_mpi_init();
+    return true;
+  }();
+  (void)done;
+}
 
-  std::vector<int16_t> out(size_t(cells * 4));
-  for (int ch = 0; ch < 4; ++ch) {
-    double d = growth(kRedshifts[ch], p.omega_m), s2 = d * d * var;
-    uint64_t stream = kStreamCounts ^ (uint64_t(index) << 20) ^ (uint64_t(ch) << 8);
-    for (int64_t i = 0; i < cells; ++i) {
-      double rho = std::exp(d * field[i] - 0.5 * s2);
-      out[size_t(i * 4 + ch)] = int16_t(std::min<int64_t>(32767, poisson(kMeanCount * rho, seed, stream, uint64_t(i))));
-    }
+int mpi_count(int64_t n) {
+  H3D_CHECK(n <= std::numeric_limits<int>::max(), "synthetic block of " << n << " values exceeds MPI's int count");
+  return int(n);
+}
+
+// The counts of the slab rows [z0, z0 + nz) (all of H and W) go to the ranks
+// whose boxes they meet; every rank receives its own box. Channels first.
+std::vector<int16_t> slabs_to_blocks(const Comm& group, int64_t n, const std::vector<int16_t>& slab, int64_t z0,
+                                     int64_t nz, const Box& box) {
+  const int P = group.size();
+  int64_t mine[8] = {box.r[0].lo, box.r[0].hi, box.r[1].lo, box.r[1].hi, box.r[2].lo, box.r[2].hi, z0, nz};
+  std::vector<int64_t> all(size_t(8 * P));
+  H3D_MPI(MPI_Allgather(mine, 8, MPI_INT64_T, all.data(), 8, MPI_INT64_T, group.raw()));
+  auto box_of = [&](int q) {
+    const int64_t* v = &all[size_t(8 * q)];
+    return Box{{Range{v[0], v[1]}, Range{v[2], v[3]}, Range{v[4], v[5]}}};
+  };
+  auto slab_of = [&](int q) {
+    const int64_t* v = &all[size_t(8 * q)];
+    return Box{{Range{v[6], v[6] + v[7]}, Range{0, n}, Range{0, n}}};
+  };
+  const Box my_slab = slab_of(group.rank());
+  const size_t np = static_cast<size_t>(P);
+  std::vector<int> scount(np), sdispl(np), rcount(np), rdispl(np);
+  std::vector<int16_t> sendbuf;
+  for (int q = 0; q < P; ++q) {
+    Box part = my_slab.intersect(box_of(q));
+    sdispl[size_t(q)] = mpi_count(int64_t(sendbuf.size()));
+    if (!part.empty())
+      for (int ch = 0; ch < 4; ++ch)
+        for (int64_t z = part.r[0].lo; z < part.r[0].hi; ++z)
+          for (int64_t y = part.r[1].lo; y < part.r[1].hi; ++y) {
+            const int16_t* row = &slab[size_t(((ch * nz + (z - z0)) * n + y) * n)];
+            sendbuf.insert(sendbuf.end(), row + part.r[2].lo, row + part.r[2].hi);
+          }
+    scount[size_t(q)] = mpi_count(int64_t(sendbuf.size()) - sdispl[size_t(q)]);
   }
-  fftwf_destroy_plan(fwd);
-  fftwf_destroy_plan(inv);
-  fftwf_free(field);
-  fftwf_free(modes);
+  int64_t total = 0;
+  for (int q = 0; q < P; ++q) {
+    Box part = slab_of(q).intersect(box);
+    rdispl[size_t(q)] = mpi_count(total);
+    rcount[size_t(q)] = mpi_count(part.empty() ? 0 : 4 * part.volume());
+    total += rcount[size_t(q)];
+  }
+  std::vector<int16_t> recvbuf(static_cast<size_t>(total));
+  H3D_MPI(MPI_Alltoallv(sendbuf.data(), scount.data(), sdispl.data(), MPI_INT16_T, recvbuf.data(), rcount.data(),
+                        rdispl.data(), MPI_INT16_T, group.raw()));
+  auto e = box.extents();
+  std::vector<int16_t> out(size_t(4 * box.volume()));
+  for (int q = 0; q < P; ++q) {
+    Box part = slab_of(q).intersect(box);
+    if (part.empty()) continue;
+    const int16_t* p = recvbuf.data() + rdispl[size_t(q)];
+    for (int ch = 0; ch < 4; ++ch)
+      for (int64_t z = part.r[0].lo; z < part.r[0].hi; ++z)
+        for (int64_t y = part.r[1].lo; y < part.r[1].hi; ++y) {
+          int16_t* dst = &out[size_t(((ch * e[0] + (z - box.r[0].lo)) * e[1] + (y - box.r[1].lo)) * e[2] +
+                                     (part.r[2].lo - box.r[2].lo))];
+          std::copy(p, p + part.r[2].size(), dst);
+          p += part.r[2].size();
+        }
+  }
   return out;
 }
 
-SyntheticUniverses::SyntheticUniverses(int64_t side, int64_t count, uint64_t seed, int64_t offset, InputTransform t)
-    : side_(side), count_(count), seed_(seed), offset_(offset), transform_(t) {
+}  // namespace
+
+std::vector<int16_t> generate_universe_block(const Comm& group, int64_t n, uint64_t seed, int64_t index,
+                                             const Box& box, float u[4]) {
+  H3D_CHECK(n >= 2 && n <= 1024, "synthetic universe side " << n << " out of range");
+  init_fftw_mpi();
+  universe_unit_par(seed, index, u);
+  CosmoParams p = CosmoParams::from_unit(u);
+  Spectrum P = normalised_spectrum(p);
+  const ptrdiff_t N = ptrdiff_t(n), nk = N / 2 + 1;
+  const double cells = double(n) * double(n) * double(n);
+  ptrdiff_t n0, z0, n1, y0;
+  ptrdiff_t alloc = fftw_mpi_local_size_3d_transposed(N, N, nk, group.raw(), &n0, &z0, &n1, &y0);
+  // In place: the real slab [n0][N][2 nk] (padded rows) shares the buffer
+  // with the transposed complex slab [n1][N][nk].
+  double* field = fftw_alloc_real(size_t(2 * std::max<ptrdiff_t>(alloc, 1)));
+  H3D_CHECK(field, "out of memory generating a " << n << "^3 universe");
+  auto* modes = reinterpret_cast<fftw_complex*>(field);
+  fftw_plan fwd = fftw_mpi_plan_dft_r2c_3d(N, N, N, field, modes, group.raw(), FFTW_ESTIMATE | FFTW_MPI_TRANSPOSED_OUT);
+  fftw_plan inv = fftw_mpi_plan_dft_c2r_3d(N, N, N, modes, field, group.raw(), FFTW_ESTIMATE | FFTW_MPI_TRANSPOSED_IN);
+  H3D_CHECK(fwd && inv, "FFTW could not plan a distributed " << n << "^3 transform");
+
+  // White noise keyed by the global cell index: the same field whatever the layout.
+  const uint64_t noise_stream = kStreamNoise ^ (uint64_t(index) << 20);
+  for (ptrdiff_t a = 0; a < n0; ++a)
+    for (ptrdiff_t b = 0; b < N; ++b)
+      for (ptrdiff_t c = 0; c < N; ++c)
+        field[(a * N + b) * 2 * nk + c] = normal01(seed, noise_stream, uint64_t(((z0 + a) * N + b) * N + c));
+  fftw_execute(fwd);
+  // White noise with unit variance per cell has <|W_k|^2> = cells; the DFT of
+  // a field with power P has <|d_k|^2> = cells * P(k) / dV. Transposed
+  // layout: the local rows are the second index.
+  const double dk = 2 * kPi / (double(n) * kVoxelMpc), dv = std::pow(kVoxelMpc, 3);
+  for (ptrdiff_t bl = 0; bl < n1; ++bl)
+    for (ptrdiff_t a = 0; a < N; ++a)
+      for (ptrdiff_t c = 0; c < nk; ++c) {
+        ptrdiff_t b = y0 + bl;
+        double ka = double(a <= N / 2 ? a : a - N), kb = double(b <= N / 2 ? b : b - N), kc = double(c);
+        double k = dk * std::sqrt(ka * ka + kb * kb + kc * kc);
+        double amp = k > 0 ? std::sqrt(P(k) / dv) / cells : 0.0;  // 1/cells: FFTW's inverse is unnormalised
+        auto& m = modes[(bl * N + a) * nk + c];
+        m[0] *= amp;
+        m[1] *= amp;
+      }
+  fftw_execute(inv);
+  double var = 0;
+  for (ptrdiff_t a = 0; a < n0; ++a)
+    for (ptrdiff_t b = 0; b < N; ++b)
+      for (ptrdiff_t c = 0; c < N; ++c) var += field[(a * N + b) * 2 * nk + c] * field[(a * N + b) * 2 * nk + c];
+  group.allreduce_sum(&var, 1);
+  var /= cells;
+
+  // Log-normal density and Poisson counts on the slab, keyed by global cell.
+  std::vector<int16_t> slab(size_t(4 * n0 * N * N));
+  for (int ch = 0; ch < 4; ++ch) {
+    double d = growth(kRedshifts[ch], p.omega_m), s2 = d * d * var;
+    uint64_t stream = kStreamCounts ^ (uint64_t(index) << 20) ^ (uint64_t(ch) << 8);
+#pragma omp parallel for collapse(2) schedule(static)
+    for (ptrdiff_t a = 0; a < n0; ++a)
+      for (ptrdiff_t b = 0; b < N; ++b)
+        for (ptrdiff_t c = 0; c < N; ++c) {
+          double rho = std::exp(d * float(field[(a * N + b) * 2 * nk + c]) - 0.5 * s2);
+          uint64_t cell = uint64_t(((z0 + a) * N + b) * N + c);
+          slab[size_t(((ch * n0 + a) * N + b) * N + c)] =
+              int16_t(std::min<int64_t>(32767, poisson(kMeanCount * rho, seed, stream, cell)));
+        }
+  }
+  fftw_destroy_plan(fwd);
+  fftw_destroy_plan(inv);
+  fftw_free(field);
+  return slabs_to_blocks(group, n, slab, z0, n0, box);
+}
+
+SyntheticUniverses::SyntheticUniverses(const Comm& group, int64_t side, int64_t count, uint64_t seed, int64_t offset,
+                                       InputTransform t)
+    : group_(group), side_(side), count_(count), seed_(seed), offset_(offset), transform_(t) {
   H3D_USAGE_CHECK(count >= 1, "synthetic data needs at least one sample (got " << count << ")");
 }
 
@@ -138,15 +240,7 @@ void SyntheticUniverses::load(int64_t index, const Box& box, float* out, float* 
   auto it = cache_.find(index);
   if (it == cache_.end()) {
     float u[4];
-    std::vector<int16_t> full = generate_universe(side_, seed_, gid, u);
-    std::vector<int16_t> block(size_t(4 * box.volume()));
-    size_t k = 0;
-    for (int ch = 0; ch < 4; ++ch)
-      for (int64_t z = box.r[0].lo; z < box.r[0].hi; ++z)
-        for (int64_t y = box.r[1].lo; y < box.r[1].hi; ++y)
-          for (int64_t x = box.r[2].lo; x < box.r[2].hi; ++x)
-            block[k++] = full[size_t(((z * side_ + y) * side_ + x) * 4 + ch)];
-    it = cache_.emplace(index, std::move(block)).first;
+    it = cache_.emplace(index, generate_universe_block(group_, side_, seed_, gid, box, u)).first;
   }
   const auto& b = it->second;
   transform_counts(transform_, b.data(), out, int64_t(b.size()));

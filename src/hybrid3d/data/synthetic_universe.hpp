@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "hybrid3d/data/sample_source.hpp"
+#include "hybrid3d/dist/comm.hpp"
 
 namespace h3d {
 
@@ -26,16 +27,26 @@ struct CosmoParams {
   static CosmoParams from_unit(const float u[4]);
 };
 
-// One whole universe [D, H, W, 4] int16 (channels last, as the CosmoFlow
-// files). Pure function of its arguments.
-std::vector<int16_t> generate_universe(int64_t side, uint64_t seed, int64_t index, float unit_par[4]);
+// This rank's `box` of universe `index`, [4, box] int16 channels first.
+// Collective over `group` (the ranks of one sample, each with its own box):
+// the field is built by a distributed FFT (FFTW's MPI interface, in double)
+// on slabs of D, and the counts are sent from the slabs to the boxes, so no
+// rank ever holds the whole cube. The noise and the Poisson draws are keyed
+// by global cell index: the counts do not depend on the layout (up to FFT
+// rounding, which the double transform keeps far below the float the
+// counts are drawn from; tests compare layouts exactly).
+std::vector<int16_t> generate_universe_block(const Comm& group, int64_t side, uint64_t seed, int64_t index,
+                                             const Box& box, float unit_par[4]);
 // The unitPar of sample `index` (cheap: no field is generated).
 void universe_unit_par(uint64_t seed, int64_t index, float unit_par[4]);
 
 class SyntheticUniverses : public SampleSource {
  public:
   // Samples index_offset .. index_offset + count - 1 of the stream `seed`.
-  SyntheticUniverses(int64_t side, int64_t count, uint64_t seed, int64_t index_offset, InputTransform t);
+  // load() is collective over `group`: its ranks load the same samples in
+  // the same order, each its own box.
+  SyntheticUniverses(const Comm& group, int64_t side, int64_t count, uint64_t seed, int64_t index_offset,
+                     InputTransform t);
   int64_t size() const override { return count_; }
   std::array<int64_t, 3> extent() const override { return {side_, side_, side_}; }
   int64_t channels() const override { return 4; }
@@ -43,12 +54,13 @@ class SyntheticUniverses : public SampleSource {
   std::string describe() const override;
 
  private:
+  const Comm& group_;
   int64_t side_, count_;
   uint64_t seed_;
   int64_t offset_;
   InputTransform transform_;
   // This rank's block of each sample it has seen (int16, channels first):
-  // generation costs an FFT of the whole cube, so it is done once.
+  // generation costs a distributed FFT of the whole cube, so it is done once.
   std::map<int64_t, std::vector<int16_t>> cache_;
   Box cached_box_;
 };

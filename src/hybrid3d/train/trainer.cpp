@@ -21,11 +21,11 @@ namespace {
 
 constexpr int64_t kValIndexOffset = int64_t(1) << 40;  // synthetic validation ids never meet training ids
 
-std::unique_ptr<SampleSource> open_source(const std::string& spec, const TrainOptions& o, int64_t count,
-                                          int64_t offset) {
+std::unique_ptr<SampleSource> open_source(const std::string& spec, const TrainOptions& o, const Comm& group,
+                                          int64_t count, int64_t offset) {
   InputTransform t = parse_transform(o.transform);
   if (spec == "synthetic")
-    return std::make_unique<SyntheticUniverses>(o.model.input_size, count, o.model.seed, offset, t);
+    return std::make_unique<SyntheticUniverses>(group, o.model.input_size, count, o.model.seed, offset, t);
   return std::make_unique<Hdf5Universes>(spec, t);
 }
 
@@ -61,11 +61,11 @@ Trainer::Trainer(const Comm& world, TrainOptions o) : o_(std::move(o)) {
   backend_ = make_backend(o_.backend);
   opt_ = make_optimizer(o_.optimizer);
 
-  train_src_ = open_source(o_.data, o_, o_.train_samples, 0);
+  train_src_ = open_source(o_.data, o_, grid_->group(), o_.train_samples, 0);
   if (!o_.val_data.empty()) {
-    val_src_ = open_source(o_.val_data, o_, o_.val_samples, o_.val_data == "synthetic" ? kValIndexOffset : 0);
+    val_src_ = open_source(o_.val_data, o_, grid_->group(), o_.val_samples, o_.val_data == "synthetic" ? kValIndexOffset : 0);
   } else if (o_.data == "synthetic" && o_.val_samples > 0) {
-    val_src_ = open_source("synthetic", o_, o_.val_samples, kValIndexOffset);
+    val_src_ = open_source("synthetic", o_, grid_->group(), o_.val_samples, kValIndexOffset);
   }
   auto ext = train_src_->extent();
   H3D_USAGE_CHECK(ext[0] == o_.model.input_size && ext[1] == ext[0] && ext[2] == ext[0],
