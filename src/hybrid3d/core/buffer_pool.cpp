@@ -1,5 +1,7 @@
 #include "hybrid3d/core/buffer_pool.hpp"
 
+#include <malloc.h>
+
 #include <algorithm>
 
 namespace h3d {
@@ -7,6 +9,12 @@ namespace h3d {
 BufferPool& BufferPool::instance() {
   static BufferPool pool;
   return pool;
+}
+
+BufferPool::BufferPool() {
+  // Large buffers always mmap'd: freeing one returns its pages to the OS
+  // (glibc would otherwise raise the threshold and keep them in the heap).
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
 }
 
 FloatBuffer BufferPool::take(size_t n) {
@@ -19,6 +27,12 @@ FloatBuffer BufferPool::take(size_t n) {
     free_.erase(it);
     stats_.pooled_bytes -= int64_t(b.capacity * sizeof(float));
   } else {
+    // A miss: the free buffers smaller than n cannot serve this request;
+    // return them to the OS first so that they do not add to the peak.
+    for (auto f = free_.begin(); f != free_.end() && f->first < n;) {
+      stats_.pooled_bytes -= int64_t(f->first * sizeof(float));
+      f = free_.erase(f);
+    }
     b.ptr.reset(new float[n]);  // default-initialised: no pass over the memory
     b.capacity = n;
   }

@@ -24,7 +24,8 @@ class BufferPool {
  public:
   static BufferPool& instance();
   // A buffer of at least n floats, contents unspecified. Reuses the smallest
-  // free buffer that fits and wastes at most a quarter of it.
+  // free buffer that fits and wastes at most a quarter of it; on a miss,
+  // frees the smaller free buffers before allocating.
   FloatBuffer take(size_t n);
   void give(FloatBuffer&& b);
   // Returns every free buffer to the OS.
@@ -37,6 +38,7 @@ class BufferPool {
   void reset_peak();
 
  private:
+  BufferPool();
   mutable std::mutex mu_;
   std::multimap<size_t, std::unique_ptr<float[]>> free_;  // by capacity
   Stats stats_;

@@ -35,6 +35,10 @@ class Network {
   // gradient w.r.t. the input is not computed: the result is empty.
   void backward(StepContext& ctx, Tensor dy);
 
+  // Floats the input tensor should hold so that the first layer can grow
+  // it in place into its padded copy (reserve it before loading).
+  int64_t input_capacity_wish(int64_t n) const { return layers_.empty() ? 0 : layers_[0]->input_capacity_wish(n); }
+
   std::vector<Param*> params();
   std::vector<StateBuffer*> buffers();
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }

@@ -142,7 +142,8 @@ void Trainer::local_range(int64_t& lo, int64_t& hi) const {
 void Trainer::load_batch(SampleSource& src, const std::vector<int64_t>& ids, Tensor& x, std::vector<float>& t) {
   int64_t c = src.channels(), vol = block_.volume(), n = int64_t(ids.size());
   auto e = block_.extents();
-  x.reshape_like({n, c, e[0], e[1], e[2]});
+  x.reserve(net_.input_capacity_wish(n));
+  x.reshape_uninit({n, c, e[0], e[1], e[2]});
   t.assign(size_t(n * SampleSource::kTargets), 0.0f);
   for (int64_t s = 0; s < n; ++s)
     src.load(ids[size_t(s)], block_, x.data() + s * c * vol, t.data() + s * SampleSource::kTargets);
