@@ -30,7 +30,7 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure
 
 bench: build
-	/usr/bin/python3 bench/step_time.py $(BUILD)/bin/hybrid3d
+	/usr/bin/python3 bench/performance.py --build $(BUILD)
 
 clean:
 	rm -rf $(BUILD)
