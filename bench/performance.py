@@ -75,13 +75,15 @@ def main():
     lines = []
     say = lambda s="": (print(s), lines.append(s))  # noqa: E731
     import torch
+    mem_gib = sh("free -g | awk '/Mem/ {print $2}'")
+    dnnl = sh("dpkg-query -W -f='${Version}' libdnnl-dev")
+    rev, mpi = sh("git rev-parse --short HEAD"), sh("mpirun --version | head -1")
     say("# Performance")
     say()
     say("Produced by `bench/performance.py` (do not edit by hand). Machine: "
         f"{os.cpu_count()} cores ({platform.processor() or platform.machine()}), "
-        f"{sh('free -g | awk \"/Mem/ {print $2}\"')} GiB; hybrid3d {sh('git rev-parse --short HEAD')}, "
-        f"oneDNN {sh('dpkg-query -W -f=\"${Version}\" libdnnl-dev')}, PyTorch {torch.__version__}, "
-        f"{sh('mpirun --version | head -1')}. Best step after the first of {a.steps} steps; "
+        f"{mem_gib} GiB; hybrid3d {rev}, oneDNN {dnnl}, PyTorch {torch.__version__}, "
+        f"{mpi}. Best step after the first of {a.steps} steps; "
         "PyTorch runs in its own process in the same run with the same thread count.")
     say()
 
@@ -163,7 +165,19 @@ def main():
         say(f"Command: `{' '.join(h['command'])}`")
         say()
         say(f"Job peak memory (sum over ranks, sampled): {h['peak_mib'] / 1024:.2f} GiB (goal <= 20 GiB); wall "
-            f"{h['wall_s']:.0f} s; exit {h['exit']}. Steps and loss: see `bench/out/headline_512.log`.")
+            f"{h['wall_s']:.0f} s; exit {h['exit']} (the job checks that every rank holds identical weights "
+            "before it exits 0).")
+        log = os.path.join(os.path.dirname(a.headline), "headline_512.log")
+        if os.path.exists(log):
+            keep = [l.rstrip() for l in open(log) if l.startswith(("step ", "  conv1 ", "  pool1 ", "  halo", "  allreduce",
+                                                                      "  step ", "  peak", "job peak"))]
+            say()
+            say("From its log:")
+            say()
+            say("```")
+            for l in keep:
+                say(l)
+            say("```")
     else:
         say("Not run in this invocation: run `bench/headline_512.sh` (minutes), then this script again.")
     say()
