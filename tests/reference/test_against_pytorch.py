@@ -72,12 +72,15 @@ class CosmoFlow(nn.Module):
         self.n = n
         self.fc1, self.fc2, self.fc3 = nn.Linear(cin * side ** 3, 128), nn.Linear(128, 64), nn.Linear(64, 4)
 
-    def forward(self, x):
+    def forward(self, x, pool_inputs=None):
         for i in range(self.n):
             x = getattr(self, f"conv{i + 1}")(x)
             if self.batchnorm:
                 x = getattr(self, f"bn{i + 1}")(x)
-            x = nn.functional.max_pool3d(nn.functional.leaky_relu(x, 0.3), 2)
+            x = nn.functional.leaky_relu(x, 0.3)
+            if pool_inputs is not None:
+                pool_inputs.append(x)
+            x = nn.functional.max_pool3d(x, 2)
         x = torch.flatten(x, 1)
         x = nn.functional.leaky_relu(self.fc1(x), 0.3)
         x = nn.functional.leaky_relu(self.fc2(x), 0.3)
@@ -105,24 +108,48 @@ class CosmoFlowLbann(nn.Module):
         return self.fc3(x)
 
 
+def max_pool_near_tie(net, x):
+    """Smallest relative gap between the two largest values of any max-pool
+    window in the float64 forward of `net` on `x` (inf if it has no max
+    pooling). Where two values lie within a few fp32 ulps, rounding alone
+    decides which voxel receives the gradient, so no fp32 code can be held
+    to the oracle there."""
+    if not isinstance(net, CosmoFlow):
+        return float("inf")
+    pools = []
+    with torch.no_grad():
+        net.double()(x.double(), pools)
+    gap = float("inf")
+    for h in pools:
+        n, c, d, hh, w = h.shape
+        win = h.reshape(n, c, d // 2, 2, hh // 2, 2, w // 2, 2).permute(0, 1, 2, 4, 6, 3, 5, 7).reshape(n, c, -1, 8)
+        top = win.topk(2, dim=-1).values
+        gap = min(gap, float(((top[..., 0] - top[..., 1]).abs() / top[..., 0].abs().clamp_min(1e-30)).min()))
+    net.float()
+    return gap
+
+
 def rel(a, b):
     return float((a - b).abs().max() / max(float(b.abs().max()), 1e-30))
 
 
 def check(binary, name, model_name, side, net, work, batch=1, extra=()):
     """One SGD step of `net` and of hybrid3d on `batch` samples (one HDF5 file each)."""
-    rng = np.random.default_rng(2)
+    # Inputs whose float64 forward has no max-pool window with a near tie
+    # (relative gap under 1e-5); the first data seed from 2 on that has none.
+    for seed in range(2, 12):
+        rng = np.random.default_rng(seed)
+        xs = [np.log1p(rng.poisson(3.0, size=(side, side, side, 4)).astype(np.float32)) for _ in range(batch)]
+        ys = [rng.uniform(-1, 1, size=4).astype(np.float32) for _ in range(batch)]
+        if max_pool_near_tie(net, torch.from_numpy(np.stack([a.transpose(3, 0, 1, 2) for a in xs]))) > 1e-5:
+            break
     data = os.path.join(work, name)
     os.makedirs(data, exist_ok=True)
-    xs, ys = [], []
     for i in range(batch):
-        counts = rng.poisson(3.0, size=(side, side, side, 4)).astype(np.int16)
-        unit = rng.uniform(-1, 1, size=4).astype(np.float32)
         with h5py.File(os.path.join(data, f"univ{i}.h5"), "w") as f:
-            f["full"] = counts
-            f["unitPar"] = unit
-        xs.append(np.log1p(counts.astype(np.float32)).transpose(3, 0, 1, 2))
-        ys.append(unit)
+            f["full"] = np.expm1(xs[i]).round().astype(np.int16)
+            f["unitPar"] = ys[i]
+        xs[i] = xs[i].transpose(3, 0, 1, 2)
     init = os.path.join(work, name + "_init.safetensors")
     out = os.path.join(work, name + "_out.safetensors")
     metrics = os.path.join(work, name + "_metrics.jsonl")

@@ -1,10 +1,43 @@
 #include "hybrid3d/core/buffer_pool.hpp"
 
 #include <malloc.h>
+#include <sys/mman.h>
 
 #include <algorithm>
+#include <new>
 
 namespace h3d {
+
+namespace {
+constexpr std::align_val_t kAlign{64};
+constexpr size_t kHugePage = size_t(2) << 20;
+}  // namespace
+
+void AlignedFloatDelete::operator()(float* p) const {
+  if (mapped_bytes)
+    munmap(p, mapped_bytes);
+  else
+    ::operator delete[](p, kAlign);
+}
+
+// Uninitialised: no pass over the memory.
+AlignedFloats allocate_aligned_floats(size_t n) {
+  const size_t bytes = n * sizeof(float);
+  if (bytes < kHugePage)
+    return AlignedFloats(static_cast<float*>(::operator new[](bytes, kAlign)), AlignedFloatDelete{0});
+  // Map one huge page more than needed and cut the mapping to a 2 MiB
+  // aligned range, so that the kernel can back all of it with huge pages.
+  const size_t size = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  void* raw = mmap(nullptr, size + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) throw std::bad_alloc();
+  const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = (start + kHugePage - 1) / kHugePage * kHugePage;
+  if (aligned > start) munmap(raw, aligned - start);
+  const size_t tail = start + size + kHugePage - (aligned + size);
+  if (tail) munmap(reinterpret_cast<void*>(aligned + size), tail);
+  madvise(reinterpret_cast<void*>(aligned), size, MADV_HUGEPAGE);  // advice only: fine if refused
+  return AlignedFloats(reinterpret_cast<float*>(aligned), AlignedFloatDelete{size});
+}
 
 BufferPool& BufferPool::instance() {
   static BufferPool pool;
@@ -12,8 +45,9 @@ BufferPool& BufferPool::instance() {
 }
 
 BufferPool::BufferPool() {
-  // Large buffers always mmap'd: freeing one returns its pages to the OS
-  // (glibc would otherwise raise the threshold and keep them in the heap).
+  // The other large allocations (std::vector) mmap'd too: freeing one
+  // returns its pages to the OS (glibc would otherwise raise the threshold
+  // and keep them in the heap).
   mallopt(M_MMAP_THRESHOLD, 1 << 20);
 }
 
@@ -27,16 +61,19 @@ FloatBuffer BufferPool::take(size_t n) {
     free_.erase(it);
     stats_.pooled_bytes -= int64_t(b.capacity * sizeof(float));
   } else {
-    // A miss: the free buffers smaller than n cannot serve this request;
-    // return them to the OS first so that they do not add to the peak.
-    for (auto f = free_.begin(); f != free_.end() && f->first < n;) {
+    // A miss. Keep the footprint within the live peak: give back free
+    // buffers (the smallest are the cheapest to fault in again) first.
+    const int64_t want = int64_t(n * sizeof(float));
+    const int64_t cap = std::max(stats_.peak_live_bytes, stats_.live_bytes + want);
+    for (auto f = free_.begin(); f != free_.end() && stats_.live_bytes + stats_.pooled_bytes + want > cap;) {
       stats_.pooled_bytes -= int64_t(f->first * sizeof(float));
       f = free_.erase(f);
     }
-    b.ptr.reset(new float[n]);  // default-initialised: no pass over the memory
+    b.ptr = allocate_aligned_floats(n);
     b.capacity = n;
   }
   stats_.live_bytes += int64_t(b.capacity * sizeof(float));
+  stats_.peak_live_bytes = std::max(stats_.peak_live_bytes, stats_.live_bytes);
   stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.live_bytes + stats_.pooled_bytes);
   return b;
 }

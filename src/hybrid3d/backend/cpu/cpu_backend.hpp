@@ -1,4 +1,4 @@
-// CpuBackend: convolutions and matrix products on oneDNN (threads: OpenMP,
+// CpuBackend: convolutions (cpu_conv.cpp) and matrix products on oneDNN (threads: OpenMP,
 // set per rank by --threads), primitives built once per problem shape and
 // cached (oneDNN's "build a descriptor, then execute" split). Pooling and
 // pointwise kernels are OpenMP loops (cpu_pool.cpp, cpu_pointwise.cpp);

@@ -1,0 +1,69 @@
+// What the cpu backend's translation units share: the oneDNN engine and
+// stream, error translation, and the staging of one primitive argument
+// between the caller's plain NCDHW / OIDHW buffer and the layout the
+// primitive chose (see cpu_conv.cpp).
+#pragma once
+#include <dnnl.hpp>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "hybrid3d/backend/cpu/cpu_backend.hpp"
+#include "hybrid3d/core/error.hpp"
+#include "hybrid3d/core/tensor.hpp"
+
+namespace h3d {
+
+// oneDNN throws dnnl::error; turn it into our error with oneDNN's message.
+template <typename F>
+void dnnl_call(const char* what, F f) {
+  try {
+    f();
+  } catch (const dnnl::error& e) {
+    H3D_THROW(Error, "oneDNN " << what << " failed: " << e.what() << " (status " << int(e.status) << ")");
+  }
+}
+
+// One argument of a primitive. When the layout the primitive wants differs
+// from ours, the data goes through a staging buffer taken from the
+// BufferPool (so the profiler counts it, and the next step reuses it),
+// with the reorders built once.
+class StagedArg {
+ public:
+  StagedArg() = default;
+  StagedArg(const dnnl::engine& eng, const dnnl::memory::desc& plain, const dnnl::memory::desc& wanted);
+  // Memory the primitive reads: the caller's buffer, or a staged copy of it.
+  dnnl::memory input(const dnnl::engine& eng, dnnl::stream& s, const float* p);
+  // Memory the primitive writes; finish_output() moves it to the caller's buffer.
+  dnnl::memory output(const dnnl::engine& eng, float* p);
+  void finish_output(dnnl::stream& s, dnnl::memory& written, float* p);
+  bool staged() const { return bool(to_wanted_); }
+  // Hands the staging buffer back to the pool.
+  void release() { staging_.release(); }
+
+ private:
+  dnnl::memory::desc plain_, wanted_;
+  std::optional<dnnl::reorder> to_wanted_, to_plain_;
+  Tensor staging_;
+};
+
+struct CpuBackend::Impl {
+  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
+  dnnl::stream strm{eng};
+  struct ConvPrims {
+    dnnl::convolution_forward fwd;
+    dnnl::convolution_backward_data bwd_data;
+    dnnl::convolution_backward_weights bwd_weights;
+    // forward: src, weights, dst; backward-data: diff_dst, weights, diff_src;
+    // backward-weights: src, diff_dst, diff_weights (bias stays plain: 1-D).
+    StagedArg f_src, f_wei, f_dst, d_ddst, d_wei, d_dsrc, w_src, w_ddst, w_dwei;
+  };
+  // Built on first use per shape (cpu_conv.cpp). `src_parent` and
+  // `dst_parent` are the extents of the tensors the arguments are views of
+  // (a slab along D reads planes of a larger NCDHW tensor); empty: dense.
+  std::unordered_map<std::string, std::unique_ptr<ConvPrims>> convs;
+  ConvPrims& conv(const ConvDesc& d, const std::array<int64_t, 3>& src_parent = {},
+                  const std::array<int64_t, 3>& dst_parent = {});
+};
+
+}  // namespace h3d
