@@ -101,7 +101,8 @@ TEST(PoolBackends, CpuMatchesReference) {
   RefBackend ref;
   CpuBackend cpu;
   struct Case { int k, s; std::array<int64_t, 3> in; };
-  for (Case c : {Case{2, 2, {8, 6, 10}}, Case{3, 2, {9, 7, 11}}, Case{3, 1, {5, 6, 7}}})
+  for (Case c : {Case{2, 2, {8, 6, 10}}, Case{2, 2, {9, 7, 11}}, Case{3, 2, {9, 7, 11}}, Case{3, 1, {5, 6, 7}},
+                 Case{1, 2, {5, 6, 7}}})
     for (PoolKind kind : {PoolKind::kMax, PoolKind::kAvg}) {
       PoolDesc d;
       d.kind = kind;
