@@ -54,7 +54,7 @@ bool any_rank_failed(const h3d::Comm& world, const std::exception* local) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  h3d::mpi_init(&argc, &argv);
   int code = 0;
   {
     h3d::Comm world = h3d::Comm::borrow(MPI_COMM_WORLD);
@@ -99,6 +99,14 @@ int main(int argc, char** argv) {
                       "time every layer, halo, allreduce, data and memory (after the first step); print the table "
                       "and write it as JSON here");
     train->add_option("--threads", threads, "threads per rank (default: OMP_NUM_THREADS or all cores)");
+    train->add_option("--allreduce-bucket-mib", o.bucket_mib,
+                      "gradient allreduce bucket size in MiB (buckets start during backward)")
+        ->capture_default_str();
+    std::string overlap = "auto";
+    train->add_option("--overlap", overlap,
+                      "gradient allreduce during backward on a communication thread: on | off | auto (on unless "
+                      "this node's ranks x threads exceed its cores)")
+        ->capture_default_str();
     train->add_option("--backend", o.backend, "cpu (oneDNN) | ref (reference loops)")->capture_default_str();
     train->add_option("--log-every", o.log_every, "progress line every N steps")->capture_default_str();
     train->add_flag("--quiet", o.quiet, "no progress output");
@@ -122,6 +130,14 @@ int main(int argc, char** argv) {
     try {
       if (threads < 0) H3D_THROW(h3d::UsageError, "--threads must be positive");
       if (threads > 0) omp_set_num_threads(threads);
+      if (overlap == "auto")
+        o.overlap = h3d::Overlap::kAuto;
+      else if (overlap == "on")
+        o.overlap = h3d::Overlap::kOn;
+      else if (overlap == "off")
+        o.overlap = h3d::Overlap::kOff;
+      else
+        H3D_THROW(h3d::UsageError, "--overlap must be on, off or auto, not '" << overlap << "'");
       o.spatial = h3d::ProcessGrid::parse_spatial(spatial);
       o.schedule.boundaries = parse_list<int64_t>(decay_boundaries, "--decay-boundaries");
       o.schedule.factors = parse_list<double>(decay_factors, "--decay-factors");

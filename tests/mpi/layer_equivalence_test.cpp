@@ -63,8 +63,11 @@ Result run(const Factory& make, const Comm& comm, std::array<int, 3> layout) {
     for (int64_t i = 0; i < dy.numel(); ++i) dy[i] = float(0.01 * double((i + lo * out.features) % 17) - 0.08);
   }
   layer->backward(ctx, x, r.y, dy, r.dx);
+  // Small buckets on the communication thread: several per layer.
   GradientReducer red;
-  red.reduce(grid, layer->params());
+  red.plan(grid, {layer->params()}, 256, Overlap::kOn, 1);
+  red.ready(layer->params());
+  red.finish();
   for (auto* p : layer->params()) r.grads.push_back(p->grad);
   return r;
 }

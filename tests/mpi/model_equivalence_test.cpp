@@ -56,12 +56,18 @@ void expect_model_equivalent(const std::string& what, TrainOptions o, std::vecto
   for (auto& g : serial.grads) test::bcast_tensor(world, g);
   for (auto& w : serial.weights) test::bcast_tensor(world, w);
 
-  for (auto layout : layouts) {
+  for (size_t li = 0; li < layouts.size(); ++li) {
+    const auto layout = layouts[li];
     int spatial = layout[0] * layout[1] * layout[2];
     // Layouts that do not fit this world, or would leave a data group without a sample.
     if (world.size() % spatial != 0 || world.size() / spatial > o.batch_size) continue;
-    std::string tag = what + " on " + test::name(layout) + " (" + std::to_string(world.size()) + " ranks)";
+    std::string tag = what + " on " + test::name(layout) + " (" + std::to_string(world.size()) + " ranks, overlap " +
+                      (li % 2 == 0 ? "on" : "off") + ")";
     o.spatial = layout;
+    // Both gradient reductions: on the communication thread in small
+    // buckets, and blocking after backward.
+    o.overlap = li % 2 == 0 ? Overlap::kOn : Overlap::kOff;
+    o.bucket_mib = 0.05;
     Snapshot d = two_steps(world, o);
     ProcessGrid grid(world, layout);
     int64_t lo = grid.group_index() * o.batch_size / grid.data_groups();

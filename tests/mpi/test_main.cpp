@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include "hybrid3d/dist/comm.hpp"
+
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  h3d::mpi_init(&argc, &argv);
   ::testing::InitGoogleTest(&argc, argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

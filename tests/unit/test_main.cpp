@@ -2,8 +2,10 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include "hybrid3d/dist/comm.hpp"
+
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  h3d::mpi_init(&argc, &argv);
   ::testing::InitGoogleTest(&argc, argv);
   int rc = RUN_ALL_TESTS();
   MPI_Finalize();

@@ -1,5 +1,6 @@
 #include "hybrid3d/dist/comm.hpp"
 
+#include <cstdlib>
 #include <limits>
 
 #include "hybrid3d/core/error.hpp"
@@ -13,6 +14,23 @@ void mpi_check(int rc, const char* what, const char* file, int line) {
   MPI_Error_string(rc, buf, &len);
   throw Error(std::string("MPI call failed: ") + what + ": " + std::string(buf, len) + " [" +
               detail::where(file, line) + "]");
+}
+
+int mpi_init(int* argc, char*** argv) {
+  // OpenMPI busy-polls while it waits. With more threads than cores (ranks
+  // oversubscribed, or the gradient reducer's thread), that spinning takes
+  // the core from the thread the wait is for; yielding gives it back.
+  // Only a default: the user's own setting wins.
+  setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+  return provided;
+}
+
+bool mpi_thread_multiple() {
+  int level = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&level);
+  return level == MPI_THREAD_MULTIPLE;
 }
 
 Comm::Comm(MPI_Comm c, bool owned) : comm_(c), owned_(owned) {
@@ -44,6 +62,12 @@ Comm& Comm::operator=(Comm&& o) noexcept {
 Comm Comm::split(int color, int key) const {
   MPI_Comm out;
   H3D_MPI(MPI_Comm_split(comm_, color, key, &out));
+  return Comm(out, true);
+}
+
+Comm Comm::dup() const {
+  MPI_Comm out;
+  H3D_MPI(MPI_Comm_dup(comm_, &out));
   return Comm(out, true);
 }
 

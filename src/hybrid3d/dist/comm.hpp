@@ -12,6 +12,12 @@ namespace h3d {
 void mpi_check(int rc, const char* what, const char* file, int line);
 #define H3D_MPI(call) ::h3d::mpi_check((call), #call, __FILE__, __LINE__)
 
+// MPI_Init_thread asking for MPI_THREAD_MULTIPLE (the gradient reducer's
+// background thread needs it); returns what the library provides. Works
+// with less: the reducer then reduces after backward, blocking.
+int mpi_init(int* argc, char*** argv);
+bool mpi_thread_multiple();
+
 class Comm {
  public:
   // Wraps an existing communicator without owning it (MPI_COMM_WORLD, _SELF).
@@ -25,6 +31,9 @@ class Comm {
 
   // Collective over this communicator; ranks with the same color form one.
   Comm split(int color, int key) const;
+  // The same group in a communicator of its own (collectives on it never
+  // interleave with those on this one).
+  Comm dup() const;
 
   MPI_Comm raw() const { return comm_; }
   int rank() const { return rank_; }

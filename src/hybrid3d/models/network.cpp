@@ -58,16 +58,20 @@ const Tensor& Network::forward(StepContext& ctx, Tensor x) {
   return acts_.back();
 }
 
-void Network::backward(StepContext& ctx, Tensor dy) {
+void Network::backward(StepContext& ctx, Tensor dy,
+                       const std::function<void(const std::vector<Param*>&)>& grads_ready) {
   H3D_CHECK(!acts_.empty() && !acts_.back().empty(), "Network::backward before a training forward");
   Tensor g = std::move(dy), dx;
   for (int64_t j = int64_t(layers_.size()) - 1; j >= 0; --j) {
     Layer& l = *layers_[size_t(j)];
-    ProfileScope timed(bwd_names_[size_t(j)].c_str());
-    l.backward_consuming(ctx, act(j - 1), act(j), g, dx);
-    g = std::move(dx);
-    act(j).release();
-    l.release_saved();
+    {
+      ProfileScope timed(bwd_names_[size_t(j)].c_str());
+      l.backward_consuming(ctx, act(j - 1), act(j), g, dx);
+      g = std::move(dx);
+      act(j).release();
+      l.release_saved();
+    }
+    if (grads_ready) grads_ready(l.params());
   }
   x_.release();
 }
@@ -76,6 +80,12 @@ std::vector<Param*> Network::params() {
   std::vector<Param*> out;
   for (auto& l : layers_)
     for (auto* p : l->params()) out.push_back(p);
+  return out;
+}
+
+std::vector<std::vector<Param*>> Network::params_by_layer() {
+  std::vector<std::vector<Param*>> out;
+  for (auto& l : layers_) out.push_back(l->params());
   return out;
 }
 

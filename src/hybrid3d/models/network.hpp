@@ -11,6 +11,7 @@
 // input gradient is not computed. Freed buffers go back to the BufferPool,
 // so the next step reuses them without page faults.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,14 +33,19 @@ class Network {
   const Tensor& forward(StepContext& ctx, Tensor x);
   // dy: gradient of the loss w.r.t. the output. Fills every Param::grad
   // (not yet reduced across ranks) and frees what forward kept. The
-  // gradient w.r.t. the input is not computed: the result is empty.
-  void backward(StepContext& ctx, Tensor dy);
+  // gradient w.r.t. the input is not computed. `grads_ready`, if set, is
+  // called after each layer's backward with that layer's parameters (their
+  // gradients are then final: the gradient reduction can start).
+  void backward(StepContext& ctx, Tensor dy,
+                const std::function<void(const std::vector<Param*>&)>& grads_ready = {});
 
   // Floats the input tensor should hold so that the first layer can grow
   // it in place into its padded copy (reserve it before loading).
   int64_t input_capacity_wish(int64_t n) const { return layers_.empty() ? 0 : layers_[0]->input_capacity_wish(n); }
 
   std::vector<Param*> params();
+  // params() grouped by layer (a layer without parameters: empty).
+  std::vector<std::vector<Param*>> params_by_layer();
   std::vector<StateBuffer*> buffers();
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
   std::string summary() const;

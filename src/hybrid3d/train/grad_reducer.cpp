@@ -1,37 +1,159 @@
 #include "hybrid3d/train/grad_reducer.hpp"
 
 #include <algorithm>
+#include <limits>
 
+#include "hybrid3d/core/error.hpp"
 #include "hybrid3d/core/profiler.hpp"
 
 namespace h3d {
 
-void GradientReducer::reduce(const ProcessGrid& grid, const std::vector<Param*>& params) {
-  int64_t total = 0;
-  for (auto* p : params)
-    if (p->reduce != GradReduce::kComplete) total += p->grad.numel();
-  flat_.resize(size_t(total));
-  int64_t off = 0;
-  bool root = grid.is_group_root();
-  for (auto* p : params) {
-    if (p->reduce == GradReduce::kComplete) continue;
-    if (p->reduce == GradReduce::kGroupReplicated && !root) {
-      std::fill_n(flat_.data() + off, p->grad.numel(), 0.0f);
-    } else {
-      std::copy_n(p->grad.data(), p->grad.numel(), flat_.data() + off);
-    }
-    off += p->grad.numel();
-  }
+GradientReducer::~GradientReducer() {
+  if (!worker_.joinable()) return;
   {
-    ProfileScope timed(prof::kAllreduceExposed, prof::kAllreduceTotal);
-    grid.world().allreduce_sum(flat_.data(), total);
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
   }
-  off = 0;
+  cv_.notify_all();
+  worker_.join();
+}
+
+namespace {
+
+// Whether this node's compute threads fit its cores. Collective.
+bool node_fits_threads(const Comm& world, int threads_per_rank) {
+  MPI_Comm node;
+  H3D_MPI(MPI_Comm_split_type(world.raw(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &node));
+  int ranks_here = 1;
+  MPI_Comm_size(node, &ranks_here);
+  MPI_Comm_free(&node);
+  const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  return int64_t(ranks_here) * threads_per_rank <= cores;
+}
+
+}  // namespace
+
+void GradientReducer::plan(const ProcessGrid& grid, const std::vector<std::vector<Param*>>& layers,
+                           int64_t bucket_bytes, Overlap overlap, int threads_per_rank) {
+  H3D_CHECK(bucket_bytes > 0, "allreduce bucket size must be positive");
+  H3D_CHECK(!worker_.joinable(), "GradientReducer::plan called twice");
+  grid_ = &grid;
+  buckets_.clear();
+  bucket_of_.clear();
+  int64_t floats = 0;
+  // Backward finishes the last layer's gradients first.
+  for (size_t l = layers.size(); l-- > 0;) {
+    bool first_layer_starts = l == 0;
+    for (auto it = layers[l].rbegin(); it != layers[l].rend(); ++it) {
+      Param* p = *it;
+      if (p->reduce == GradReduce::kComplete) continue;
+      H3D_CHECK(p->grad.numel() < std::numeric_limits<int>::max(),
+                "parameter " << p->name << " is too large for one MPI allreduce");
+      const bool full = floats > 0 && (floats + p->grad.numel()) * int64_t(sizeof(float)) > bucket_bytes;
+      if (buckets_.empty() || full || (first_layer_starts && floats > 0)) {
+        buckets_.emplace_back();
+        floats = 0;
+      }
+      first_layer_starts = false;
+      buckets_.back().params.push_back(p);
+      bucket_of_[p] = buckets_.size() - 1;
+      floats += p->grad.numel();
+    }
+  }
+  for (auto& b : buckets_) b.pending = int(b.params.size());
+  const Comm& world = grid.world();
+  if (world.size() == 1 || overlap == Overlap::kOff) return;
+  // Every rank must decide alike: the thread's collectives pair up.
+  bool threaded = mpi_thread_multiple() && (overlap == Overlap::kOn || node_fits_threads(world, threads_per_rank));
+  threaded = world.allreduce_sum(int64_t(threaded ? 0 : 1)) == 0;
+  if (!threaded) return;
+  comm_ = world.dup();
+  worker_ = std::thread([this] { work(); });
+}
+
+void GradientReducer::prepare(Bucket& b) {
+  if (grid_->is_group_root()) return;
+  for (auto* p : b.params)
+    if (p->reduce == GradReduce::kGroupReplicated) p->grad.fill(0.0f);
+}
+
+void GradientReducer::reduce(const Comm& comm, Bucket& b) {
+  for (auto* p : b.params) comm.allreduce_sum(p->grad.data(), p->grad.numel());
+}
+
+void GradientReducer::enqueue(size_t i) {
+  prepare(buckets_[i]);
+  ++enqueued_;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(i);
+  }
+  cv_.notify_all();
+}
+
+void GradientReducer::work() {
+  for (;;) {
+    size_t i;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      i = queue_.front();
+      queue_.pop_front();
+    }
+    const double t0 = Profiler::now();
+    std::exception_ptr err;
+    try {
+      reduce(comm_, buckets_[i]);
+    } catch (...) {
+      err = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      seconds_ += Profiler::now() - t0;
+      ++reduced_;
+      if (err && !failure_) failure_ = err;
+    }
+    cv_.notify_all();
+  }
+}
+
+void GradientReducer::ready(const std::vector<Param*>& params) {
+  if (!overlapping()) return;
+  ProfileScope timed(prof::kAllreduceExposed);
   for (auto* p : params) {
-    if (p->reduce == GradReduce::kComplete) continue;
-    std::copy_n(flat_.data() + off, p->grad.numel(), p->grad.data());
-    off += p->grad.numel();
+    auto it = bucket_of_.find(p);
+    if (it == bucket_of_.end()) continue;
+    if (--buckets_[it->second].pending == 0) enqueue(it->second);
   }
+}
+
+void GradientReducer::finish() {
+  ProfileScope timed(prof::kAllreduceExposed);
+  if (overlapping()) {
+    // Buckets whose parameters were never reported (a layer without
+    // backward) go now, in bucket order on every rank.
+    for (size_t i = 0; i < buckets_.size(); ++i)
+      if (buckets_[i].pending > 0) {
+        buckets_[i].pending = 0;
+        enqueue(i);
+      }
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return reduced_ == enqueued_; });
+    Profiler::instance().add(prof::kAllreduceTotal, seconds_);
+    seconds_ = 0;
+    if (failure_) std::rethrow_exception(failure_);
+  } else {
+    for (auto& b : buckets_) {
+      prepare(b);
+      ProfileScope comm(prof::kAllreduceTotal);
+      reduce(grid_->world(), b);
+    }
+  }
+  for (auto& b : buckets_) b.pending = int(b.params.size());
+  enqueued_ = 0;
+  std::lock_guard<std::mutex> lock(mu_);
+  reduced_ = 0;
 }
 
 }  // namespace h3d

@@ -1,5 +1,7 @@
 #include "hybrid3d/train/trainer.hpp"
 
+#include <omp.h>
+
 #include <unistd.h>
 
 #include <chrono>
@@ -86,6 +88,9 @@ Trainer::Trainer(const Comm& world, TrainOptions o) : o_(std::move(o)) {
   in.dist = Distribution::balanced(ext, grid_->spatial(), model_alignment(o_.model));
   in.dist.require_nonempty("input");
   net_.setup(in, *grid_);
+  H3D_USAGE_CHECK(o_.bucket_mib > 0, "--allreduce-bucket-mib must be positive (for example 8)");
+  reducer_.plan(*grid_, net_.params_by_layer(), int64_t(o_.bucket_mib * (1 << 20)), o_.overlap,
+                omp_get_max_threads());
   block_ = in.dist.box(grid_->spatial_rank());
   if (!o_.init.empty()) load_init(o_.init);
 
@@ -178,8 +183,8 @@ double Trainer::train_step(int64_t step) {
   if (!std::isfinite(loss))
     H3D_THROW(UsageError, "the loss is " << loss << " at step " << step
                                           << "; training stopped (lower --lr, or check the input data and --transform)");
-  net_.backward(ctx, std::move(dout_));
-  reducer_.reduce(*grid_, net_.params());
+  net_.backward(ctx, std::move(dout_), [this](const std::vector<Param*>& ps) { reducer_.ready(ps); });
+  reducer_.finish();
   ProfileScope timed(prof::kOptimizer);
   opt_->step(net_.params(), o_.schedule.at(step));
   return loss;

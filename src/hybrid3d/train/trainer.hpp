@@ -36,6 +36,10 @@ struct TrainOptions {
   std::string backend = "cpu";
   int64_t log_every = 10, val_every = 0;  // 0: at the end of each epoch
   bool quiet = false;
+  // Gradient allreduce in buckets of this many MiB, reduced during backward
+  // on a communication thread (see GradientReducer for kAuto) or after it.
+  double bucket_mib = 8;
+  Overlap overlap = Overlap::kAuto;
 };
 
 struct ValidationResult {
