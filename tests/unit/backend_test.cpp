@@ -180,3 +180,36 @@ TEST(ConvBackends, FirstLayerOnCounts) {
     EXPECT_LT(test::rel_diff(dw2, dw1), test::kTol) << "kernel " << k;
   }
 }
+
+// A convolution computed box by box (an interior and the faces around it,
+// as the halo overlap does) equals the whole one, on both backends, also
+// with padding and stride inside the regions.
+TEST(ConvBackends, RegionsTileTheOutput) {
+  RefBackend ref;
+  CpuBackend cpu;
+  for (Backend* be : {static_cast<Backend*>(&ref), static_cast<Backend*>(&cpu)})
+    for (int stride : {1, 2}) {
+      Window1D w = make_window(3, stride, Padding::kHalf);
+      ConvDesc d;
+      d.n = 2;
+      d.cin = 3;
+      d.cout = 4;
+      d.in = {9, 8, 10};
+      for (int i = 0; i < 3; ++i) d.out[size_t(i)] = w.out_extent(d.in[size_t(i)]);
+      d.k = {3, 3, 3};
+      d.stride = {stride, stride, stride};
+      d.pad_lo = {1, 1, 1};
+      d.pad_hi = {1, 1, 1};
+      d.bias = true;
+      Tensor x = rnd({d.n, d.cin, d.in[0], d.in[1], d.in[2]}, 1), wt = rnd({d.cout, d.cin, 3, 3, 3}, 2),
+             b = rnd({d.cout}, 3);
+      Tensor whole({d.n, d.cout, d.out[0], d.out[1], d.out[2]}), tiled(whole.shape(), -7.0f);
+      be->conv3d_forward(d, x.data(), wt.data(), b.data(), whole.data());
+      const Box all{{Range{0, d.out[0]}, Range{0, d.out[1]}, Range{0, d.out[2]}}};
+      const Box inner{{Range{1, d.out[0] - 1}, Range{2, d.out[1]}, Range{0, d.out[2] - 1}}};
+      be->conv3d_forward_region(d, x.data(), wt.data(), b.data(), tiled.data(), inner);
+      for (const Box& r : PaddedInput::around(all, inner))
+        be->conv3d_forward_region(d, x.data(), wt.data(), b.data(), tiled.data(), r);
+      EXPECT_LT(test::rel_diff(tiled, whole), test::kTol) << be->name() << " stride " << stride;
+    }
+}

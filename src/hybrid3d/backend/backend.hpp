@@ -7,6 +7,8 @@
 #pragma once
 #include <array>
 #include <cstdint>
+
+#include "hybrid3d/core/box.hpp"
 #include <memory>
 #include <string>
 
@@ -19,6 +21,11 @@ struct ConvDesc {
   bool bias = false;
   std::string key() const;
 };
+
+// The convolution that computes only the outputs in `region` (local output
+// indices) of d: its input extents, the padding that falls inside it, and
+// `in_origin`, the first input index it reads in each dimension.
+ConvDesc sub_convolution(const ConvDesc& d, const Box& region, std::array<int64_t, 3>& in_origin);
 
 enum class PoolKind { kMax, kAvg };
 // Average pooling divides by the full window volume (padding counts, as
@@ -39,6 +46,11 @@ class Backend {
 
   // y[n, cout, out] = conv(x[n, cin, in], w[cout, cin, k]) + b
   virtual void conv3d_forward(const ConvDesc& d, const float* x, const float* w, const float* b, float* y) = 0;
+  // Only the outputs in `region` (local output indices) of y, which has d's
+  // full output extents; the rest of y is left alone. The default copies
+  // the input region out and the result back.
+  virtual void conv3d_forward_region(const ConvDesc& d, const float* x, const float* w, const float* b, float* y,
+                                     const Box& region);
   // dx[n, cin, in] = conv^T(dy, w)   (overwrites dx)
   virtual void conv3d_backward_data(const ConvDesc& d, const float* dy, const float* w, float* dx) = 0;
   // dw = sum over n and outputs of dy * x; db = sum of dy (overwrites; db may be null)

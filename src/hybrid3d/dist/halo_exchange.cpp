@@ -1,5 +1,6 @@
 #include "hybrid3d/dist/halo_exchange.hpp"
 
+#include <algorithm>
 #include <limits>
 
 #include "hybrid3d/core/error.hpp"
@@ -49,6 +50,18 @@ HaloExchange::HaloExchange(const Distribution& in, const Window3D& w, const Dist
   trivial_ = recv_.empty() && send_.empty() && padded_ == own_;
 }
 
+Box HaloExchange::early_box() const {
+  Box b = padded_;
+  // Each received box lies beside the own box in at least one dimension;
+  // keeping to the own range there excludes it.
+  for (const auto& r : recv_)
+    for (int d = 0; d < 3; ++d) {
+      if (r.box.r[d].hi <= own_.r[d].lo) b.r[d].lo = std::max(b.r[d].lo, own_.r[d].lo);
+      if (r.box.r[d].lo >= own_.r[d].hi) b.r[d].hi = std::min(b.r[d].hi, own_.r[d].hi);
+    }
+  return b;
+}
+
 void HaloExchange::wait_all() {
   if (!reqs_.empty()) H3D_MPI(MPI_Waitall(static_cast<int>(reqs_.size()), reqs_.data(), MPI_STATUSES_IGNORE));
   reqs_.clear();
@@ -58,6 +71,7 @@ void HaloExchange::wait_all() {
 // region of `src` (which covers `src_origin`) and sends it.
 void HaloExchange::post(const Comm& group, std::vector<Region>& incoming, std::vector<Region>& outgoing,
                         const Tensor& src, const Box& src_origin, int tag) {
+  ProfileScope timed(prof::kHaloExposed);
   const int64_t nc = src.dim(0) * src.dim(1);
   reqs_.clear();
   for (auto& r : incoming) {
@@ -74,7 +88,6 @@ void HaloExchange::post(const Comm& group, std::vector<Region>& incoming, std::v
 }
 
 void HaloExchange::start(const Comm& group, const Tensor& x, Tensor& xp) {
-  ProfileScope timed(prof::kHaloExposed, prof::kHaloTotal);
   post(group, recv_, send_, x, own_, kTagForward);
   xp.reshape_uninit(with_nc(x.dim(0), x.dim(1), padded_));
   fill_outside(xp.data(), x.dim(0) * x.dim(1), padded_, local_, pad_value_);
@@ -84,7 +97,6 @@ void HaloExchange::start(const Comm& group, const Tensor& x, Tensor& xp) {
 bool HaloExchange::start_in_place(const Comm& group, Tensor& x, Tensor& xp) {
   auto shape = with_nc(x.dim(0), x.dim(1), padded_);
   if (x.capacity() < size_t(Tensor::count(shape)) || !padded_.contains(own_)) return false;
-  ProfileScope timed(prof::kHaloExposed, prof::kHaloTotal);
   const int64_t nc = x.dim(0) * x.dim(1);
   post(group, recv_, send_, x, own_, kTagForward);  // packs the outgoing cells before they move
   relayout_in_place(x.data(), nc, own_, padded_, local_);
@@ -95,13 +107,12 @@ bool HaloExchange::start_in_place(const Comm& group, Tensor& x, Tensor& xp) {
 }
 
 void HaloExchange::finish(Tensor& xp) {
-  ProfileScope timed(prof::kHaloExposed, prof::kHaloTotal);
+  ProfileScope timed(prof::kHaloExposed);
   wait_all();
   for (auto& r : recv_) unpack_box(r.buf.data(), r.box, xp, padded_, CopyMode::kAssign);
 }
 
 void HaloExchange::reverse_start(const Comm& group, Tensor& dxp, Tensor& dx) {
-  ProfileScope timed(prof::kHaloExposed, prof::kHaloTotal);
   // The cells I received in forward go back to their owners; the cells I
   // sent come back to me as gradients.
   post(group, send_, recv_, dxp, padded_, kTagReverse);
@@ -120,7 +131,7 @@ void HaloExchange::reverse_start(const Comm& group, Tensor& dxp, Tensor& dx) {
 }
 
 void HaloExchange::reverse_finish(Tensor& dx) {
-  ProfileScope timed(prof::kHaloExposed, prof::kHaloTotal);
+  ProfileScope timed(prof::kHaloExposed);
   wait_all();
   for (auto& r : send_) unpack_box(r.buf.data(), r.box, dx, own_, CopyMode::kAdd);
 }

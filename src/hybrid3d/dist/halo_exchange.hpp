@@ -10,7 +10,11 @@
 // -inf for max pooling).
 //
 // start() posts receives before sends and copies the rank's own cells; the
-// caller may compute on its interior before finish() waits and unpacks.
+// caller may compute on its interior (early_box()) before finish() waits and
+// unpacks. Profile: halo.exposed counts the messaging (packing, posting,
+// waiting, unpacking), not the moves of the own cells into the padded
+// layout, which a single rank pays as well; the caller times the span
+// from start to finish as halo.total.
 #pragma once
 #include <vector>
 
@@ -32,6 +36,10 @@ class HaloExchange {
   // True when the padded box is the own box: no halo, no padding, no messages.
   bool trivial() const { return trivial_; }
   int64_t halo_messages() const { return static_cast<int64_t>(recv_.size() + send_.size()); }
+  // The part of the padded box whose cells are final once start() returns
+  // (the own cells and the padding outside the global volume): everything
+  // except what the neighbours send.
+  Box early_box() const;
 
   // Forward: x is [N, C, own], xp becomes [N, C, padded].
   void start(const Comm& group, const Tensor& x, Tensor& xp);

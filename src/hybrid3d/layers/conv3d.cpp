@@ -52,35 +52,60 @@ ConvDesc Conv3d::desc(int64_t n) const {
   return d;
 }
 
-void Conv3d::run_forward(StepContext& ctx, const Tensor& xp, Tensor& y) {
+void Conv3d::forward_overlapped(StepContext& ctx, const Tensor& x, Tensor* consumable, Tensor& y) {
+  n_ = x.dim(0);
   y.reshape_uninit({n_, o_.out_channels, out_ext_[0], out_ext_[1], out_ext_[2]});
-  ctx.backend->conv3d_forward(desc(n_), xp.data(), weight_.value.data(), o_.bias ? bias_.value.data() : nullptr,
-                              y.data());
+  const ConvDesc d = desc(n_);
+  const float* b = o_.bias ? bias_.value.data() : nullptr;
+  if (!ctx.overlap_halo) {
+    const Tensor& xp =
+        consumable ? input_.gather_consuming(ctx.grid->group(), *consumable) : input_.gather(ctx.grid->group(), x);
+    ctx.backend->conv3d_forward(d, xp.data(), weight_.value.data(), b, y.data());
+    return;
+  }
+  const Box all = input_.output_box();
+  input_.gather_overlapped(ctx.grid->group(), x, consumable, [&](const Tensor& xp, const Box& region) {
+    if (region == all)
+      ctx.backend->conv3d_forward(d, xp.data(), weight_.value.data(), b, y.data());
+    else
+      ctx.backend->conv3d_forward_region(d, xp.data(), weight_.value.data(), b, y.data(), region);
+  });
 }
 
 void Conv3d::forward(StepContext& ctx, const Tensor& x, Tensor& y) {
-  n_ = x.dim(0);
-  run_forward(ctx, input_.gather(ctx.grid->group(), x), y);
+  forward_overlapped(ctx, x, nullptr, y);
 }
 
 void Conv3d::forward_consuming(StepContext& ctx, Tensor& x, Tensor& y) {
-  n_ = x.dim(0);
-  run_forward(ctx, input_.gather_consuming(ctx.grid->group(), x), y);
+  forward_overlapped(ctx, x, &x, y);
   x.release();  // gone already unless the layer has no halo
 }
 
 void Conv3d::backward(StepContext& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
   ConvDesc d = desc(n_);
-  const Tensor& xp = input_.saved(x);
-  ctx.backend->conv3d_backward_weights(d, xp.data(), dy.data(), weight_.grad.data(),
-                                       o_.bias ? bias_.grad.data() : nullptr);
-  input_.release();  // read for the last time: the gradient below may reuse its buffer
+  auto weight_grad = [&] {
+    ctx.backend->conv3d_backward_weights(d, input_.saved(x).data(), dy.data(), weight_.grad.data(),
+                                         o_.bias ? bias_.grad.data() : nullptr);
+  };
   if (!input_grad_needed_) {
+    weight_grad();
+    input_.release();
     dx.release();
     return;
   }
-  input_.input_grad(ctx.grid->group(), {n_, o_.in_channels, in_ext_[0], in_ext_[1], in_ext_[2]}, dx,
-                    [&](float* out) { ctx.backend->conv3d_backward_data(d, dy.data(), weight_.value.data(), out); });
+  auto data_grad = [&](float* out) { ctx.backend->conv3d_backward_data(d, dy.data(), weight_.value.data(), out); };
+  if (input_.trivial() || !ctx.overlap_halo) {
+    // Nothing to overlap (or the blocking baseline): the weight gradient
+    // first, so that the input gradient may reuse the input's buffer.
+    weight_grad();
+    input_.release();
+    input_.input_grad(ctx.grid->group(), {n_, o_.in_channels, in_ext_[0], in_ext_[1], in_ext_[2]}, dx, data_grad);
+    return;
+  }
+  // The halo part of the input gradient goes back to its owners while the
+  // weight gradient is computed.
+  input_.input_grad(ctx.grid->group(), {n_, o_.in_channels, in_ext_[0], in_ext_[1], in_ext_[2]}, dx, data_grad,
+                    weight_grad);
 }
 
 }  // namespace h3d

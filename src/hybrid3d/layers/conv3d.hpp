@@ -33,7 +33,8 @@ class Conv3d : public Layer {
 
  private:
   ConvDesc desc(int64_t n) const;
-  void run_forward(StepContext& ctx, const Tensor& xp, Tensor& y);
+  // The forward of both entry points; x is consumed when `consumable` is x.
+  void forward_overlapped(StepContext& ctx, const Tensor& x, Tensor* consumable, Tensor& y);
   Conv3dOptions o_;
   Param weight_, bias_;
   PaddedInput input_;

@@ -56,6 +56,9 @@ struct StepContext {
   uint64_t seed = 0;
   int64_t step = 0;
   std::vector<int64_t> batch_positions;  // position in the global mini-batch of each local sample
+  // Window layers compute their interior while the halo travels (off: the
+  // blocking baseline that --overlap off measures).
+  bool overlap_halo = true;
 };
 
 class Layer {

@@ -26,4 +26,32 @@ Window1D make_window(int k, int stride, Padding p) {
   return w;
 }
 
+Box PaddedInput::interior_outputs() const {
+  const Box early = halo_.early_box(), padded = halo_.padded_box();
+  Box out;
+  for (int d = 0; d < 3; ++d) {
+    // Output j reads the padded cells [j*s, j*s + k).
+    const Window1D& w = window_[size_t(d)];
+    const int64_t a = early.r[d].lo - padded.r[d].lo, b = early.r[d].hi - padded.r[d].lo;
+    const int64_t lo = (a + w.s - 1) / w.s, hi = b >= w.k ? (b - w.k) / w.s + 1 : 0;
+    out.r[d] = Range{lo, std::min(hi, out_ext_[size_t(d)])};
+  }
+  return out.empty() ? Box{} : out;
+}
+
+std::vector<Box> PaddedInput::around(const Box& all, const Box& inner) {
+  if (inner.empty()) return {all};
+  std::vector<Box> out;
+  Box rest = all;
+  for (int d = 0; d < 3; ++d) {
+    Box lo = rest, hi = rest;
+    lo.r[d] = Range{rest.r[d].lo, inner.r[d].lo};
+    hi.r[d] = Range{inner.r[d].hi, rest.r[d].hi};
+    if (!lo.empty()) out.push_back(lo);
+    if (!hi.empty()) out.push_back(hi);
+    rest.r[d] = inner.r[d];
+  }
+  return out;
+}
+
 }  // namespace h3d

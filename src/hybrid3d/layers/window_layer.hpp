@@ -5,6 +5,9 @@
 // kernel itself always runs with zero padding. When no halo or padding is
 // needed the input is used as it is.
 #pragma once
+#include <vector>
+
+#include "hybrid3d/core/profiler.hpp"
 #include "hybrid3d/dist/halo_exchange.hpp"
 #include "hybrid3d/layers/layer.hpp"
 
@@ -18,12 +21,15 @@ class PaddedInput {
  public:
   void plan(const Distribution& in, const Window3D& w, const Distribution& out, int spatial_rank, float pad_value) {
     halo_ = HaloExchange(in, w, out, spatial_rank, pad_value);
+    window_ = w;
+    out_ext_ = out.box(spatial_rank).extents();
   }
   // No halo and no padding: the kernel reads x itself.
   bool trivial() const { return halo_.trivial(); }
   // Returns the tensor the kernel reads: x itself, or the padded copy.
   const Tensor& gather(const Comm& group, const Tensor& x) {
     if (halo_.trivial()) return x;
+    ProfileScope timed(prof::kHaloTotal);
     halo_.start(group, x, padded_);
     halo_.finish(padded_);
     return padded_;
@@ -32,11 +38,34 @@ class PaddedInput {
   // x's own buffer when it has the capacity (see input_capacity()).
   const Tensor& gather_consuming(const Comm& group, Tensor& x) {
     if (halo_.trivial()) return x;
-    if (!halo_.start_in_place(group, x, padded_)) {
-      halo_.start(group, x, padded_);
-      x.release();
-    }
+    ProfileScope timed(prof::kHaloTotal);
+    start_consuming(group, x);
     halo_.finish(padded_);
+    return padded_;
+  }
+  // Gather with the halo in flight: compute(xp, region) is called for the
+  // outputs (local indices) whose windows need no halo cell while the
+  // messages travel, then, once they arrived, for each remaining box of the
+  // output (at most six: the faces of the interior). Returns xp. With
+  // `consumable` (x itself), x is consumed as in gather_consuming.
+  template <typename Compute>
+  const Tensor& gather_overlapped(const Comm& group, const Tensor& x, Tensor* consumable, Compute compute) {
+    const Box all = output_box();
+    if (halo_.trivial()) {
+      compute(x, all);
+      return x;
+    }
+    const Box inner = interior_outputs();
+    {
+      ProfileScope timed(prof::kHaloTotal);
+      if (consumable)
+        start_consuming(group, *consumable);
+      else
+        halo_.start(group, x, padded_);
+      if (!inner.empty()) compute(padded_, inner);
+      halo_.finish(padded_);
+    }
+    for (const Box& b : around(all, inner)) compute(padded_, b);
     return padded_;
   }
   const Tensor& saved(const Tensor& x) const { return halo_.trivial() ? x : padded_; }
@@ -44,28 +73,52 @@ class PaddedInput {
   // read (x itself, or the padded copy); the halo part of it is then sent
   // back to its owners and added into dx. The padded copy is freed after
   // the kernel ran (release() it before to let the gradient reuse its buffer).
-  template <typename Kernel>
-  void input_grad(const Comm& group, const std::vector<int64_t>& x_shape, Tensor& dx, Kernel kernel) {
+  // `meanwhile()` runs while the halo gradient travels (a convolution's
+  // weight gradient: it reads the padded copy, which is freed after it).
+  template <typename Kernel, typename Meanwhile>
+  void input_grad(const Comm& group, const std::vector<int64_t>& x_shape, Tensor& dx, Kernel kernel,
+                  Meanwhile meanwhile) {
     if (halo_.trivial()) {
       dx.reshape_uninit(x_shape);
       kernel(dx.data());
+      meanwhile();
       return;
     }
     auto e = halo_.padded_box().extents();
     Tensor grad;  // the kernel writes every cell
     grad.reshape_uninit({x_shape[0], x_shape[1], e[0], e[1], e[2]});
     kernel(grad.data());
-    padded_.release();
+    ProfileScope timed(prof::kHaloTotal);
     halo_.reverse_start(group, grad, dx);
+    meanwhile();
+    padded_.release();
     halo_.reverse_finish(dx);
+  }
+  template <typename Kernel>
+  void input_grad(const Comm& group, const std::vector<int64_t>& x_shape, Tensor& dx, Kernel kernel) {
+    input_grad(group, x_shape, dx, kernel, [] {});
   }
   // Capacity (floats) an input of n x c should have for gather_consuming.
   int64_t input_capacity(int64_t nc) const { return halo_.trivial() ? 0 : halo_.padded_floats(nc); }
+  // The rank's outputs, in local indices.
+  Box output_box() const { return Box{{Range{0, out_ext_[0]}, Range{0, out_ext_[1]}, Range{0, out_ext_[2]}}}; }
+  // The outputs (local indices) computable from halo_.early_box().
+  Box interior_outputs() const;
+  // `all` minus `inner` (inside it) as at most six disjoint boxes.
+  static std::vector<Box> around(const Box& all, const Box& inner);
   std::array<int64_t, 3> padded_extents() const { return halo_.padded_box().extents(); }
   void release() { padded_.release(); }
 
  private:
+  void start_consuming(const Comm& group, Tensor& x) {
+    if (!halo_.start_in_place(group, x, padded_)) {
+      halo_.start(group, x, padded_);
+      x.release();
+    }
+  }
   HaloExchange halo_;
+  Window3D window_{};
+  std::array<int64_t, 3> out_ext_{};
   Tensor padded_;
 };
 

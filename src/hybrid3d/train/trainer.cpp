@@ -165,6 +165,7 @@ double Trainer::train_step(int64_t step) {
   }
 
   StepContext ctx{backend_.get(), grid_.get(), true, o_.model.seed, step, {}};
+  ctx.overlap_halo = o_.overlap != Overlap::kOff;
   for (int64_t p = lo; p < hi; ++p) ctx.batch_positions.push_back(p);
   output_ = net_.forward(ctx, std::move(input_));
 

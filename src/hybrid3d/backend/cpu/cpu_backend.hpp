@@ -18,6 +18,8 @@ class CpuBackend : public RefBackend {
   ~CpuBackend() override;
   std::string name() const override { return "cpu"; }
   void conv3d_forward(const ConvDesc& d, const float* x, const float* w, const float* b, float* y) override;
+  void conv3d_forward_region(const ConvDesc& d, const float* x, const float* w, const float* b, float* y,
+                             const Box& region) override;
   void conv3d_backward_data(const ConvDesc& d, const float* dy, const float* w, float* dx) override;
   void conv3d_backward_weights(const ConvDesc& d, const float* x, const float* dy, float* dw, float* db) override;
   void pool3d_forward(const PoolDesc& d, const float* x, float* y) override;

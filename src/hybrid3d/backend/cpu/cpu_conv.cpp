@@ -41,11 +41,11 @@ memory::desc plain_view(int64_t n, int64_t c, const std::array<int64_t, 3>& e, s
 
 constexpr int64_t kReductionPoints = 4096;
 
-// A range of output planes along D and the input planes it reads, as a
-// convolution of its own (the padding that falls inside the range).
+// Ranges of output planes along D, each as a convolution of its own.
 struct DSlab {
   ConvDesc desc;
-  int64_t out0, in0;  // first output plane, first input plane
+  std::array<int64_t, 3> in_origin;
+  int64_t out0;  // first output plane
 };
 
 std::vector<DSlab> d_slabs(const ConvDesc& d) {
@@ -53,13 +53,9 @@ std::vector<DSlab> d_slabs(const ConvDesc& d) {
   const int64_t planes = std::max<int64_t>(1, kReductionPoints / std::max<int64_t>(1, per_plane));
   std::vector<DSlab> slabs;
   for (int64_t o0 = 0; o0 < d.out[0]; o0 += planes) {
-    const int64_t o1 = std::min(d.out[0], o0 + planes);
-    int64_t i0 = o0 * d.stride[0] - d.pad_lo[0], i1 = (o1 - 1) * d.stride[0] - d.pad_lo[0] + d.k[0];
-    DSlab s{d, o0, std::max<int64_t>(0, i0)};
-    s.desc.pad_lo[0] = int(std::max<int64_t>(0, -i0));
-    s.desc.pad_hi[0] = int(std::max<int64_t>(0, i1 - d.in[0]));
-    s.desc.in[0] = std::min(i1, d.in[0]) - s.in0;
-    s.desc.out[0] = o1 - o0;
+    const Box region{{Range{o0, std::min(d.out[0], o0 + planes)}, Range{0, d.out[1]}, Range{0, d.out[2]}}};
+    DSlab s{d, {}, o0};
+    s.desc = sub_convolution(d, region, s.in_origin);
     slabs.push_back(s);
   }
   return slabs;
@@ -98,7 +94,8 @@ void StagedArg::finish_output(dnnl::stream& s, memory& written, float* p) {
 
 CpuBackend::Impl::ConvPrims& CpuBackend::Impl::conv(const ConvDesc& d, const std::array<int64_t, 3>& src_parent,
                                                      const std::array<int64_t, 3>& dst_parent) {
-  const std::string key = d.key() + "|" + std::to_string(src_parent[0]) + "," + std::to_string(dst_parent[0]);
+  std::string key = d.key();
+  for (int i = 0; i < 3; ++i) key += "|" + std::to_string(src_parent[size_t(i)]) + "," + std::to_string(dst_parent[size_t(i)]);
   auto it = convs.find(key);
   if (it != convs.end()) return *it->second;
   const memory::desc src = plain_view(d.n, d.cin, d.in, src_parent);
@@ -135,24 +132,42 @@ CpuBackend::Impl::ConvPrims& CpuBackend::Impl::conv(const ConvDesc& d, const std
   return *convs.emplace(key, std::move(p)).first->second;
 }
 
+namespace {
+
+// One forward call of (a view of) a convolution.
+template <typename Prims>
+void forward_once(Prims& p, const dnnl::engine& eng, dnnl::stream& s, const ConvDesc& d, const float* x,
+                  const float* w, const float* b, float* y) {
+  memory dst = p.f_dst.output(eng, y);
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, p.f_src.input(eng, s, x)},
+                                       {DNNL_ARG_WEIGHTS, p.f_wei.input(eng, s, w)},
+                                       {DNNL_ARG_DST, dst}};
+  if (d.bias) args.emplace(DNNL_ARG_BIAS, memory({{d.cout}, dt::f32, tag::x}, eng, const_cast<float*>(b)));
+  p.fwd.execute(s, args);
+  s.wait();
+  p.f_src.release();
+  p.f_wei.release();
+  p.f_dst.finish_output(s, dst, y);
+  s.wait();
+  p.f_dst.release();
+}
+
+}  // namespace
+
 void CpuBackend::conv3d_forward(const ConvDesc& d, const float* x, const float* w, const float* b, float* y) {
-  auto& p = impl_->conv(d);
-  auto& eng = impl_->eng;
-  auto& s = impl_->strm;
-  dnnl_call("convolution forward", [&] {
-    memory dst = p.f_dst.output(eng, y);
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, p.f_src.input(eng, s, x)},
-                                         {DNNL_ARG_WEIGHTS, p.f_wei.input(eng, s, w)},
-                                         {DNNL_ARG_DST, dst}};
-    if (d.bias) args.emplace(DNNL_ARG_BIAS, memory({{d.cout}, dt::f32, tag::x}, eng, const_cast<float*>(b)));
-    p.fwd.execute(s, args);
-    s.wait();
-    p.f_src.release();
-    p.f_wei.release();
-    p.f_dst.finish_output(s, dst, y);
-    s.wait();
-    p.f_dst.release();
-  });
+  dnnl_call("convolution forward", [&] { forward_once(impl_->conv(d), impl_->eng, impl_->strm, d, x, w, b, y); });
+}
+
+void CpuBackend::conv3d_forward_region(const ConvDesc& d, const float* x, const float* w, const float* b, float* y,
+                                       const Box& region) {
+  if (region.empty()) return;
+  std::array<int64_t, 3> o{};
+  const ConvDesc s = sub_convolution(d, region, o);
+  // Views into x and y (their strides), staged like any other argument.
+  auto& p = impl_->conv(s, d.in, d.out);
+  const float* xs = x + (o[0] * d.in[1] + o[1]) * d.in[2] + o[2];
+  float* ys = y + (region.r[0].lo * d.out[1] + region.r[1].lo) * d.out[2] + region.r[2].lo;
+  dnnl_call("convolution forward (region)", [&] { forward_once(p, impl_->eng, impl_->strm, s, xs, w, b, ys); });
 }
 
 void CpuBackend::conv3d_backward_data(const ConvDesc& d, const float* dy, const float* w, float* dx) {
@@ -213,8 +228,8 @@ void CpuBackend::conv3d_backward_weights(const ConvDesc& d, const float* x, cons
     const int64_t in_plane = d.in[1] * d.in[2], out_plane = d.out[1] * d.out[2];
     for (const DSlab& sl : slabs) {
       auto& p = impl_->conv(sl.desc, d.in, d.out);
-      backward_weights_once(p, impl_->eng, impl_->strm, sl.desc, x + sl.in0 * in_plane, dy + sl.out0 * out_plane, part_w.data(),
-                            part_b.data());
+      backward_weights_once(p, impl_->eng, impl_->strm, sl.desc, x + sl.in_origin[0] * in_plane,
+                            dy + sl.out0 * out_plane, part_w.data(), part_b.data());
       const float* pw = part_w.data();
 #pragma omp parallel for schedule(static) if (wn > 65536)
       for (int64_t i = 0; i < wn; ++i) acc_w[size_t(i)] += pw[i];
