@@ -38,14 +38,14 @@ print(best, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
 
-def hybrid3d_step(binary, model, size, batch, threads, steps, mpi=None, spatial="1x1x1"):
-    """Best step time (s) and the profile JSON of a hybrid3d run; mpi: number of ranks."""
+def hybrid3d_step(binary, model, size, batch, threads, steps, mpi=None, spatial="1x1x1", extra=()):
+    """Best step time (s) and the profile JSON of a hybrid3d run; mpi: number of ranks; extra: more flags."""
     with tempfile.TemporaryDirectory() as work:
         metrics, profile = os.path.join(work, "m.jsonl"), os.path.join(work, "p.json")
         cmd = [binary, "train", "--model", model, "--input-size", str(size), "--batch-size", str(batch),
                "--train-samples", str(batch), "--val-samples", "0", "--steps", str(steps), "--lr", "1e-3",
                "--optimizer", "sgd", "--momentum", "0.9", "--threads", str(threads), "--spatial", spatial,
-               "--metrics", metrics, "--profile", profile, "--quiet"]
+               "--metrics", metrics, "--profile", profile, "--quiet", *extra]
         if mpi:
             cmd = ["mpirun", "-np", str(mpi), "--oversubscribe", "--bind-to", "none", "-x",
                    f"OMP_NUM_THREADS={threads}"] + cmd

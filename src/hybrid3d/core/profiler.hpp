@@ -48,16 +48,17 @@ class Profiler {
   std::map<std::string, double> seconds_;
 };
 
-// Times the enclosing block into one or two names.
+// Times the enclosing block into one or two names (a null first name: not
+// timed).
 class ProfileScope {
  public:
-  explicit ProfileScope(const char* a, const char* b = nullptr) : a_(a), b_(b) {
-    if (Profiler::instance().enabled()) t0_ = Profiler::now();
+  explicit ProfileScope(const char* a, const char* b = nullptr) : a_(a ? a : ""), b_(b), on_(a != nullptr) {
+    if (on_ && Profiler::instance().enabled()) t0_ = Profiler::now();
   }
   explicit ProfileScope(const std::string& a) : ProfileScope(a.c_str()) {}
   ~ProfileScope() {
     auto& p = Profiler::instance();
-    if (!p.enabled()) return;
+    if (!on_ || !p.enabled()) return;
     double dt = Profiler::now() - t0_;
     p.add(a_, dt);
     if (b_) p.add(b_, dt);
@@ -68,6 +69,7 @@ class ProfileScope {
  private:
   std::string a_;
   const char* b_;
+  bool on_;
   double t0_ = 0;
 };
 

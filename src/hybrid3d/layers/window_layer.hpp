@@ -29,7 +29,7 @@ class PaddedInput {
   // Returns the tensor the kernel reads: x itself, or the padded copy.
   const Tensor& gather(const Comm& group, const Tensor& x) {
     if (halo_.trivial()) return x;
-    ProfileScope timed(prof::kHaloTotal);
+    ProfileScope timed(total_name());
     halo_.start(group, x, padded_);
     halo_.finish(padded_);
     return padded_;
@@ -38,7 +38,7 @@ class PaddedInput {
   // x's own buffer when it has the capacity (see input_capacity()).
   const Tensor& gather_consuming(const Comm& group, Tensor& x) {
     if (halo_.trivial()) return x;
-    ProfileScope timed(prof::kHaloTotal);
+    ProfileScope timed(total_name());
     start_consuming(group, x);
     halo_.finish(padded_);
     return padded_;
@@ -57,7 +57,7 @@ class PaddedInput {
     }
     const Box inner = interior_outputs();
     {
-      ProfileScope timed(prof::kHaloTotal);
+      ProfileScope timed(total_name());
       if (consumable)
         start_consuming(group, *consumable);
       else
@@ -88,7 +88,7 @@ class PaddedInput {
     Tensor grad;  // the kernel writes every cell
     grad.reshape_uninit({x_shape[0], x_shape[1], e[0], e[1], e[2]});
     kernel(grad.data());
-    ProfileScope timed(prof::kHaloTotal);
+    ProfileScope timed(total_name());
     halo_.reverse_start(group, grad, dx);
     meanwhile();
     padded_.release();
@@ -110,6 +110,8 @@ class PaddedInput {
   void release() { padded_.release(); }
 
  private:
+  // halo.total counts only exchanges with messages (not a single rank's padding).
+  const char* total_name() const { return halo_.halo_messages() > 0 ? prof::kHaloTotal : nullptr; }
   void start_consuming(const Comm& group, Tensor& x) {
     if (!halo_.start_in_place(group, x, padded_)) {
       halo_.start(group, x, padded_);
