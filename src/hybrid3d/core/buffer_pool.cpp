@@ -64,7 +64,7 @@ FloatBuffer BufferPool::take(size_t n) {
     // A miss. Keep the footprint within the live peak: give back free
     // buffers (the smallest are the cheapest to fault in again) first.
     const int64_t want = int64_t(n * sizeof(float));
-    const int64_t cap = std::max(stats_.peak_live_bytes + stats_.peak_live_bytes / 4, stats_.live_bytes + want);
+    const int64_t cap = std::max(stats_.peak_live_bytes, stats_.live_bytes + want);
     for (auto f = free_.begin(); f != free_.end() && stats_.live_bytes + stats_.pooled_bytes + want > cap;) {
       stats_.pooled_bytes -= int64_t(f->first * sizeof(float));
       f = free_.erase(f);

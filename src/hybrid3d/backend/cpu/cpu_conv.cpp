@@ -13,7 +13,8 @@
 // with the serial run. So backward-weights runs on slabs along D of at most
 // kReductionPoints output points each, and the slabs' partial gradients are
 // summed in double, which is also how a big volume gets small staging
-// buffers.
+// buffers. Forward splits large outputs (and regions) the same way, into
+// slabs of at most kMaxStagingBytes of output.
 #include <dnnl.hpp>
 
 #include <algorithm>
@@ -40,6 +41,7 @@ memory::desc plain_view(int64_t n, int64_t c, const std::array<int64_t, 3>& e, s
 }
 
 constexpr int64_t kReductionPoints = 4096;
+constexpr int64_t kMaxStagingBytes = int64_t(32) << 20;
 
 // Ranges of output planes along D, each as a convolution of its own.
 struct DSlab {
@@ -155,19 +157,32 @@ void forward_once(Prims& p, const dnnl::engine& eng, dnnl::stream& s, const Conv
 }  // namespace
 
 void CpuBackend::conv3d_forward(const ConvDesc& d, const float* x, const float* w, const float* b, float* y) {
+  const int64_t plane_bytes = d.n * d.cout * d.out[1] * d.out[2] * int64_t(sizeof(float));
+  if (plane_bytes * d.out[0] > kMaxStagingBytes) {
+    conv3d_forward_region(d, x, w, b, y, Box{{Range{0, d.out[0]}, Range{0, d.out[1]}, Range{0, d.out[2]}}});
+    return;
+  }
   dnnl_call("convolution forward", [&] { forward_once(impl_->conv(d), impl_->eng, impl_->strm, d, x, w, b, y); });
 }
 
 void CpuBackend::conv3d_forward_region(const ConvDesc& d, const float* x, const float* w, const float* b, float* y,
                                        const Box& region) {
   if (region.empty()) return;
-  std::array<int64_t, 3> o{};
-  const ConvDesc s = sub_convolution(d, region, o);
-  // Views into x and y (their strides), staged like any other argument.
-  auto& p = impl_->conv(s, d.in, d.out);
-  const float* xs = x + (o[0] * d.in[1] + o[1]) * d.in[2] + o[2];
-  float* ys = y + (region.r[0].lo * d.out[1] + region.r[1].lo) * d.out[2] + region.r[2].lo;
-  dnnl_call("convolution forward (region)", [&] { forward_once(p, impl_->eng, impl_->strm, s, xs, w, b, ys); });
+  // A large region goes in slabs along D, so that its staging copy (in the
+  // blocked layout) never doubles the biggest activation of the network.
+  const int64_t plane_bytes = d.n * d.cout * region.r[1].size() * region.r[2].size() * int64_t(sizeof(float));
+  const int64_t planes = std::max<int64_t>(1, kMaxStagingBytes / plane_bytes);
+  for (int64_t o0 = region.r[0].lo; o0 < region.r[0].hi; o0 += planes) {
+    Box slab = region;
+    slab.r[0] = Range{o0, std::min(region.r[0].hi, o0 + planes)};
+    std::array<int64_t, 3> o{};
+    const ConvDesc s = sub_convolution(d, slab, o);
+    // Views into x and y (their strides), staged like any other argument.
+    auto& p = impl_->conv(s, d.in, d.out);
+    const float* xs = x + (o[0] * d.in[1] + o[1]) * d.in[2] + o[2];
+    float* ys = y + (slab.r[0].lo * d.out[1] + slab.r[1].lo) * d.out[2] + slab.r[2].lo;
+    dnnl_call("convolution forward (region)", [&] { forward_once(p, impl_->eng, impl_->strm, s, xs, w, b, ys); });
+  }
 }
 
 void CpuBackend::conv3d_backward_data(const ConvDesc& d, const float* dy, const float* w, float* dx) {
