@@ -42,6 +42,7 @@ memory::desc plain_view(int64_t n, int64_t c, const std::array<int64_t, 3>& e, s
 
 constexpr int64_t kReductionPoints = 4096;
 constexpr int64_t kMaxStagingBytes = int64_t(32) << 20;
+constexpr int64_t kMinBlockedPoints = 512;
 
 // Ranges of output planes along D, each as a convolution of its own.
 struct DSlab {
@@ -104,7 +105,10 @@ CpuBackend::Impl::ConvPrims& CpuBackend::Impl::conv(const ConvDesc& d, const std
   const memory::desc dst = plain_view(d.n, d.cout, d.out, dst_parent);
   const memory::desc wei({d.cout, d.cin, d.k[0], d.k[1], d.k[2]}, dt::f32, tag::oidhw);
   const memory::desc bia({d.cout}, dt::f32, tag::x);
-  auto any = [](const memory::desc& m) { return memory::desc(m.dims(), dt::f32, tag::any); };
+  // Tiny outputs (the last layers of cosmoflow-lbann: 2^3 voxels) take
+  // longer to stage than to compute: they stay plain (oneDNN's gemm path).
+  const bool blocked = d.n * d.out[0] * d.out[1] * d.out[2] >= kMinBlockedPoints;
+  auto any = [blocked](const memory::desc& m) { return blocked ? memory::desc(m.dims(), dt::f32, tag::any) : m; };
   const memory::desc no_bias;
   const auto st = dims3(d.stride), pl = dims3(d.pad_lo), pr = dims3(d.pad_hi);
   auto p = std::make_unique<ConvPrims>();
