@@ -106,9 +106,10 @@ CpuBackend::Impl::ConvPrims& CpuBackend::Impl::conv(const ConvDesc& d, const std
   const memory::desc wei({d.cout, d.cin, d.k[0], d.k[1], d.k[2]}, dt::f32, tag::oidhw);
   const memory::desc bia({d.cout}, dt::f32, tag::x);
   // Tiny outputs (the last layers of cosmoflow-lbann: 2^3 voxels) take
-  // longer to stage than to compute: they stay plain (oneDNN's gemm path).
+  // longer to stage than to compute: they stay plain and dense (oneDNN's
+  // gemm path; a strided view of a region is still copied to dense).
   const bool blocked = d.n * d.out[0] * d.out[1] * d.out[2] >= kMinBlockedPoints;
-  auto any = [blocked](const memory::desc& m) { return blocked ? memory::desc(m.dims(), dt::f32, tag::any) : m; };
+  auto any = [blocked](const memory::desc& m) { return memory::desc(m.dims(), dt::f32, blocked ? tag::any : tag::abcde); };
   const memory::desc no_bias;
   const auto st = dims3(d.stride), pl = dims3(d.pad_lo), pr = dims3(d.pad_hi);
   auto p = std::make_unique<ConvPrims>();
