@@ -64,9 +64,17 @@ def pytorch_step(model, size, batch, threads, steps):
     return float(t), int(rss) / 1024.0  # s, MiB
 
 
-def measure(binary, model, size, batch, threads, steps):
-    h_t, prof, cmd = hybrid3d_step(binary, model, size, batch, threads, steps)
-    t_t, t_rss = pytorch_step(model, size, batch, threads, steps)
+def measure(binary, model, size, batch, threads, steps, rounds=2):
+    """Alternates hybrid3d and PyTorch `rounds` times (this machine's speed
+    drifts by tens of percent over minutes) and keeps the best of each."""
+    h_t = t_t = float("inf")
+    for _ in range(rounds):
+        t, p, c = hybrid3d_step(binary, model, size, batch, threads, steps)
+        if t < h_t:
+            h_t, prof, cmd = t, p, c
+        t, rss = pytorch_step(model, size, batch, threads, steps)
+        if t < t_t:
+            t_t, t_rss = t, rss
     return {"model": model, "size": size, "batch": batch, "threads": threads, "hybrid3d_s": h_t,
             "pytorch_s": t_t, "speedup": t_t / h_t, "hybrid3d_rss_mib": prof["memory"]["peak_rss_per_rank"]["max"],
             "pytorch_rss_mib": t_rss, "command": cmd, "profile": prof}
