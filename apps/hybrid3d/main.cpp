@@ -9,7 +9,9 @@
 #include <omp.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 #include "hybrid3d/core/error.hpp"
@@ -98,7 +100,8 @@ int main(int argc, char** argv) {
     train->add_option("--profile", o.profile,
                       "time every layer, halo, allreduce, data and memory (after the first step); print the table "
                       "and write it as JSON here");
-    train->add_option("--threads", threads, "threads per rank (default: OMP_NUM_THREADS or all cores)");
+    train->add_option("--threads", threads,
+                      "threads per rank (default: OMP_NUM_THREADS, else the node's cores / its ranks)");
     train->add_option("--allreduce-bucket-mib", o.bucket_mib,
                       "gradient allreduce bucket size in MiB (buckets start during backward)")
         ->capture_default_str();
@@ -129,7 +132,13 @@ int main(int argc, char** argv) {
     std::unique_ptr<std::exception> failure;
     try {
       if (threads < 0) H3D_THROW(h3d::UsageError, "--threads must be positive");
-      if (threads > 0) omp_set_num_threads(threads);
+      if (threads > 0) {
+        omp_set_num_threads(threads);
+      } else if (!std::getenv("OMP_NUM_THREADS")) {
+        // Neither says: the node's cores shared among its ranks (mpirun
+        // would otherwise give every rank all the cores).
+        omp_set_num_threads(std::max(1, h3d::cores_on_this_node() / h3d::ranks_on_this_node(world)));
+      }
       if (overlap == "auto")
         o.overlap = h3d::Overlap::kAuto;
       else if (overlap == "on")

@@ -1,6 +1,8 @@
 #include "hybrid3d/dist/comm.hpp"
 
+#include <algorithm>
 #include <cstdlib>
+#include <thread>
 #include <limits>
 
 #include "hybrid3d/core/error.hpp"
@@ -32,6 +34,17 @@ bool mpi_thread_multiple() {
   MPI_Query_thread(&level);
   return level == MPI_THREAD_MULTIPLE;
 }
+
+int ranks_on_this_node(const Comm& world) {
+  MPI_Comm node;
+  H3D_MPI(MPI_Comm_split_type(world.raw(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &node));
+  int n = 1;
+  MPI_Comm_size(node, &n);
+  MPI_Comm_free(&node);
+  return n;
+}
+
+int cores_on_this_node() { return int(std::max(1u, std::thread::hardware_concurrency())); }
 
 Comm::Comm(MPI_Comm c, bool owned) : comm_(c), owned_(owned) {
   H3D_MPI(MPI_Comm_rank(c, &rank_));

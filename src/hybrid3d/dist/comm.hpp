@@ -17,6 +17,10 @@ void mpi_check(int rc, const char* what, const char* file, int line);
 // with less: the reducer then reduces after backward, blocking.
 int mpi_init(int* argc, char*** argv);
 bool mpi_thread_multiple();
+class Comm;
+// Ranks of `world` on this node (collective), and the node's logical cores.
+int ranks_on_this_node(const Comm& world);
+int cores_on_this_node();
 
 class Comm {
  public:

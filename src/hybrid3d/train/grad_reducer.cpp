@@ -22,13 +22,7 @@ namespace {
 
 // Whether this node's compute threads fit its cores. Collective.
 bool node_fits_threads(const Comm& world, int threads_per_rank) {
-  MPI_Comm node;
-  H3D_MPI(MPI_Comm_split_type(world.raw(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &node));
-  int ranks_here = 1;
-  MPI_Comm_size(node, &ranks_here);
-  MPI_Comm_free(&node);
-  const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
-  return int64_t(ranks_here) * threads_per_rank <= cores;
+  return int64_t(ranks_on_this_node(world)) * threads_per_rank <= cores_on_this_node();
 }
 
 }  // namespace

@@ -246,7 +246,8 @@ void Trainer::run() {
   auto say = [&](const std::string& s) {
     if (root && !o_.quiet) std::printf("%s\n", s.c_str()), std::fflush(stdout);
   };
-  say("hybrid3d: " + grid_->describe() + ", backend " + backend_->name());
+  say("hybrid3d: " + grid_->describe() + ", backend " + backend_->name() + ", " +
+      std::to_string(omp_get_max_threads()) + " thread(s) per rank");
   say("model " + o_.model.model + ": " + net_.summary());
   say("data: " + train_src_->describe() + (val_src_ ? "; validation: " + val_src_->describe() : ""));
   auto t0 = std::chrono::steady_clock::now();
