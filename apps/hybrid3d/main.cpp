@@ -17,6 +17,7 @@
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/dist/comm.hpp"
 #include "hybrid3d/dist/process_grid.hpp"
+#include "hybrid3d/data/universe_writer.hpp"
 #include "hybrid3d/train/trainer.hpp"
 
 namespace {
@@ -51,6 +52,21 @@ bool any_rank_failed(const h3d::Comm& world, const std::exception* local) {
   MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, world.raw());
   if (local && lowest == world.rank()) print_error(*local, world.rank(), world.size());
   return lowest < world.size();
+}
+
+// `hybrid3d generate`: bad options are found alike on every rank (exit 2,
+// rank 0 prints); a failure while writing aborts the job.
+int run_generate(const h3d::Comm& world, const h3d::GenerateOptions& o) {
+  try {
+    h3d::generate_universes(world, o);
+  } catch (const h3d::UsageError& e) {
+    if (world.rank() == 0) print_error(e, 0, 1);
+    return 2;
+  } catch (const std::exception& e) {
+    print_error(e, world.rank(), world.size());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  return 0;
 }
 
 }  // namespace
@@ -114,6 +130,20 @@ int main(int argc, char** argv) {
     train->add_option("--log-every", o.log_every, "progress line every N steps")->capture_default_str();
     train->add_flag("--quiet", o.quiet, "no progress output");
 
+    h3d::GenerateOptions gen_opts;
+    auto* gen = app.add_subcommand("generate", "write synthetic universes as CosmoFlow HDF5 files (under mpirun: "
+                                               "universes spread over groups of ranks, each written in parallel)");
+    gen->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    gen->add_option("--out", gen_opts.out, "output directory (created if missing)")->required();
+    gen->add_option("--count", gen_opts.count, "number of universes")->capture_default_str();
+    gen->add_option("--size", gen_opts.size, "side S of each S^3 x 4 universe")->required();
+    gen->add_option("--seed", gen_opts.seed, "seed of the universe stream (same as train --seed)")->capture_default_str();
+    gen->add_option("--first-index", gen_opts.first_index, "index of the first universe in the stream")
+        ->capture_default_str();
+    gen->add_option("--ranks-per-universe", gen_opts.ranks_per_universe,
+                    "ranks that generate and write one universe together (default: all)");
+    gen->add_flag("--quiet", gen_opts.quiet, "no progress output");
+
     try {
       app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -126,6 +156,12 @@ int main(int argc, char** argv) {
       }
       MPI_Finalize();
       return 2;
+    }
+
+    if (gen->parsed()) {
+      code = run_generate(world, gen_opts);
+      MPI_Finalize();
+      return code;
     }
 
     std::unique_ptr<h3d::Trainer> trainer;

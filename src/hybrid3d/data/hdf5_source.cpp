@@ -8,34 +8,11 @@
 #include <sstream>
 
 #include "hybrid3d/core/error.hpp"
+#include "hybrid3d/data/hdf5_util.hpp"
 
 namespace h3d {
 
 namespace {
-
-// HDF5's own error stack, innermost message, for our error text.
-std::string hdf5_message() {
-  std::string msg;
-  H5Ewalk2(
-      H5E_DEFAULT, H5E_WALK_DOWNWARD,
-      [](unsigned, const H5E_error2_t* e, void* out) -> herr_t {
-        auto* s = static_cast<std::string*>(out);
-        if (e->desc && *e->desc) *s = e->desc;
-        return 0;
-      },
-      &msg);
-  H5Eclear2(H5E_DEFAULT);
-  return msg.empty() ? "unknown HDF5 error" : msg;
-}
-
-// Closes an HDF5 handle on scope exit.
-struct H5Handle {
-  hid_t id;
-  herr_t (*close)(hid_t);
-  ~H5Handle() {
-    if (id >= 0) close(id);
-  }
-};
 
 struct DatasetInfo {
   std::vector<hsize_t> dims;

@@ -1,0 +1,40 @@
+// `hybrid3d generate`: synthetic universes written as CosmoFlow HDF5 files.
+//
+// Layout of each file (the CosmoFlow benchmark's): dataset `full`, int16,
+// (D, H, W, 4) channels last; `unitPar`, float32 (4,); `physPar`, float32
+// (4,) = Omega_m, sigma_8, n_s, H_0. The world is cut into groups of
+// `ranks_per_universe` ranks; group g generates universes first_index + i
+// for i = g, g + groups, ... Within a group each rank generates a slab of D
+// (the distributed FFT of generate_universe_block) and writes it into the
+// same file with parallel HDF5 (MPI-IO, collective), so no rank holds the
+// whole cube. The bytes of `full` are the same whatever the number of ranks.
+//
+// A file is written as NAME.tmp and renamed when complete: a rerun skips
+// the files that exist and rewrites any leftover .tmp.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "hybrid3d/dist/comm.hpp"
+
+namespace h3d {
+
+struct GenerateOptions {
+  std::string out;
+  int64_t count = 1, size = 0, first_index = 0;
+  uint64_t seed = 0;
+  int ranks_per_universe = 0;  // 0: all ranks
+  bool quiet = false;
+};
+
+// The file name of universe `index` inside the output directory.
+std::string universe_file_name(int64_t index);
+
+// Collective over `group`: writes universe `index` to `path` (see above).
+void write_universe(const Comm& group, const std::string& path, int64_t side, uint64_t seed, int64_t index);
+
+// Collective over the world. Throws UsageError for options that cannot work
+// (the same on every rank).
+void generate_universes(const Comm& world, const GenerateOptions& o);
+
+}  // namespace h3d
