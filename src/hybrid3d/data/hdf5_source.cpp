@@ -5,7 +5,9 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstring>
 #include <sstream>
+#include <stdexcept>
 
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/data/hdf5_util.hpp"
@@ -14,33 +16,20 @@ namespace h3d {
 
 namespace {
 
-struct DatasetInfo {
-  std::vector<hsize_t> dims;
-};
-
-DatasetInfo open_info(hid_t file, const char* name, const std::string& path) {
-  if (H5Lexists(file, name, H5P_DEFAULT) <= 0)
-    H3D_THROW(Error, "file '" << path << "' has no dataset '" << name << "' (CosmoFlow layout: 'full' (D,H,W,C) and 'unitPar' (4,))");
-  H5Handle ds{H5Dopen2(file, name, H5P_DEFAULT), H5Dclose};
-  if (ds.id < 0) H3D_THROW(Error, "file '" << path << "': cannot open dataset '" << name << "': " << hdf5_message());
-  H5Handle sp{H5Dget_space(ds.id), H5Sclose};
-  int nd = H5Sget_simple_extent_ndims(sp.id);
-  if (nd < 0) H3D_THROW(Error, "file '" << path << "': bad dataspace of '" << name << "'");
-  DatasetInfo info;
-  info.dims.resize(size_t(nd));
-  H5Sget_simple_extent_dims(sp.id, info.dims.data(), nullptr);
-  H5Handle ty{H5Dget_type(ds.id), H5Tclose};
-  H5T_class_t cls = H5Tget_class(ty.id);
-  if (cls != H5T_INTEGER && cls != H5T_FLOAT)
-    H3D_THROW(Error, "file '" << path << "': dataset '" << name << "' is not numeric");
-  return info;
-}
+// What the scan finds wrong with a file: plain text (the file's name is
+// added by the caller), no source location.
+#define SCAN_FAIL(msg)                         \
+  do {                                         \
+    std::ostringstream scan_os_;               \
+    scan_os_ << msg;                           \
+    throw std::runtime_error(scan_os_.str()); \
+  } while (0)
 
 std::string dims_str(const std::vector<hsize_t>& d) {
   std::ostringstream os;
   os << "(";
   for (size_t i = 0; i < d.size(); ++i) os << (i ? ", " : "") << d[i];
-  return os.str() + ")";
+  return os.str() + (d.size() == 1 ? ",)" : ")");
 }
 
 H5Handle open_file(const std::string& path) {
@@ -49,7 +38,66 @@ H5Handle open_file(const std::string& path) {
   return f;
 }
 
+// Shape of a numeric dataset; throws naming the file and what is wrong.
+std::vector<hsize_t> numeric_dims(hid_t file, const char* name, const std::string& path, bool* is_int = nullptr) {
+  if (H5Lexists(file, name, H5P_DEFAULT) <= 0)
+    SCAN_FAIL("has no dataset '" << name << "' (CosmoFlow layout: 'full' and 'unitPar')");
+  H5Handle ds{H5Dopen2(file, name, H5P_DEFAULT), H5Dclose};
+  if (ds.id < 0) SCAN_FAIL("cannot open dataset '" << name << "': " << hdf5_message());
+  H5Handle sp{H5Dget_space(ds.id), H5Sclose};
+  const int nd = H5Sget_simple_extent_ndims(sp.id);
+  if (nd < 0) SCAN_FAIL("dataset '" << name << "' has a bad dataspace");
+  std::vector<hsize_t> dims(static_cast<size_t>(nd));
+  H5Sget_simple_extent_dims(sp.id, dims.data(), nullptr);
+  H5Handle ty{H5Dget_type(ds.id), H5Tclose};
+  const H5T_class_t cls = H5Tget_class(ty.id);
+  if (cls != H5T_INTEGER && cls != H5T_FLOAT) SCAN_FAIL("dataset '" << name << "' is not numeric");
+  if (is_int) *is_int = cls == H5T_INTEGER;
+  (void)path;
+  return dims;
+}
+
 }  // namespace
+
+Hdf5Universes::FileInfo Hdf5Universes::inspect(const std::string& path) {
+  FileInfo fi;
+  try {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) SCAN_FAIL("cannot be read");
+    H5Handle f{H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};
+    if (f.id < 0) SCAN_FAIL("is not a readable HDF5 file (" << hdf5_message() << ")");
+    bool is_int = false;
+    const std::vector<hsize_t> full = numeric_dims(f.id, "full", path, &is_int);
+    const std::vector<hsize_t> par = numeric_dims(f.id, "unitPar", path);
+    if (full.size() != 4 && full.size() != 5)
+      SCAN_FAIL("dataset 'full' has shape " << dims_str(full)
+                                                   << "; expected (D, H, W, C), (C, D, H, W) or a leading sample dimension");
+    fi.batched = full.size() == 5;
+    const size_t o = fi.batched ? 1 : 0;
+    fi.samples = fi.batched ? int64_t(full[0]) : 1;
+    // Channels are the short end: last in the original files, first in LBANN's.
+    const hsize_t first = full[o], last = full[o + 3];
+    fi.channels_last = last < first || (last == first && is_int);
+    const size_t e0 = fi.channels_last ? o : o + 1;
+    fi.extent = {int64_t(full[e0]), int64_t(full[e0 + 1]), int64_t(full[e0 + 2])};
+    fi.channels = int64_t(fi.channels_last ? last : first);
+    const bool par_ok = fi.batched ? (par.size() == 2 && par[0] == full[0] && par[1] == 4)
+                                   : (par.size() == 1 && par[0] == 4);
+    if (!par_ok)
+      SCAN_FAIL("dataset 'unitPar' has shape " << dims_str(par) << "; expected "
+                                                      << (fi.batched ? "(N, 4) with N as in 'full'" : "(4,)"));
+    // A truncated copy: contiguous data that ends past the end of the file.
+    H5Handle ds{H5Dopen2(f.id, "full", H5P_DEFAULT), H5Dclose};
+    fi.bytes = int64_t(H5Dget_storage_size(ds.id));
+    const haddr_t off = H5Dget_offset(ds.id);
+    if (off != HADDR_UNDEF && int64_t(off) + fi.bytes > int64_t(st.st_size))
+      SCAN_FAIL("is truncated: 'full' needs " << int64_t(off) + fi.bytes << " bytes, the file has "
+                                                      << int64_t(st.st_size));
+  } catch (const std::exception& e) {
+    fi.error = e.what();
+  }
+  return fi;
+}
 
 std::vector<std::string> Hdf5Universes::expand(const std::string& p) {
   std::vector<std::string> out;
@@ -72,62 +120,127 @@ std::vector<std::string> Hdf5Universes::expand(const std::string& p) {
   return out;
 }
 
-Hdf5Universes::Hdf5Universes(const std::string& p, InputTransform t) : pattern_(p), transform_(t) {
+Hdf5Universes::Hdf5Universes(const Comm& comm, const std::string& p, InputTransform t)
+    : pattern_(p), transform_(t) {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // errors come back to us, not to stderr
   files_ = expand(p);
   H3D_USAGE_CHECK(!files_.empty(), "--data '" << p << "': no HDF5 files found (give a directory of *.h5 files or a glob)");
-  for (size_t i = 0; i < files_.size(); ++i) {
-    H5Handle f = open_file(files_[i]);
-    DatasetInfo full = open_info(f.id, "full", files_[i]);
-    DatasetInfo par = open_info(f.id, "unitPar", files_[i]);
-    if (full.dims.size() != 4)
-      H3D_THROW(Error, "file '" << files_[i] << "': dataset 'full' has shape " << dims_str(full.dims)
-                                << ", expected (D, H, W, C)");
-    if (par.dims.size() != 1 || par.dims[0] != 4)
-      H3D_THROW(Error, "file '" << files_[i] << "': dataset 'unitPar' has shape " << dims_str(par.dims)
-                                << ", expected (4,)");
-    std::array<int64_t, 3> e{int64_t(full.dims[0]), int64_t(full.dims[1]), int64_t(full.dims[2])};
-    if (i == 0) {
-      extent_ = e;
-      channels_ = int64_t(full.dims[3]);
-    } else if (e != extent_ || int64_t(full.dims[3]) != channels_) {
-      H3D_THROW(Error, "file '" << files_[i] << "': dataset 'full' has shape " << dims_str(full.dims)
-                                << " but '" << files_[0] << "' has (" << extent_[0] << ", " << extent_[1] << ", "
-                                << extent_[2] << ", " << channels_ << "); all samples must have one shape");
-    }
+  // The ranks share the files out; the results travel as fixed records
+  // (error text kept to its first 400 bytes).
+  constexpr size_t kText = 400;
+  struct Record {
+    int64_t samples, extent[3], channels, bytes;
+    int32_t batched, channels_last;
+    char error[kText];
+  };
+  const int64_t n = int64_t(files_.size());
+  std::vector<Record> recs(static_cast<size_t>(n));
+  std::memset(recs.data(), 0, recs.size() * sizeof(Record));
+  for (int64_t i = comm.rank(); i < n; i += comm.size()) {
+    const FileInfo fi = inspect(files_[size_t(i)]);
+    Record& r = recs[size_t(i)];
+    r.samples = fi.samples;
+    for (int d = 0; d < 3; ++d) r.extent[d] = fi.extent[size_t(d)];
+    r.channels = fi.channels;
+    r.bytes = fi.bytes;
+    r.batched = fi.batched;
+    r.channels_last = fi.channels_last;
+    std::strncpy(r.error, fi.error.c_str(), kText - 1);
   }
+  // Each record is filled by exactly one rank and zero elsewhere: a byte-wise
+  // maximum combines them.
+  if (comm.size() > 1)
+    H3D_MPI(MPI_Allreduce(MPI_IN_PLACE, recs.data(), int(recs.size() * sizeof(Record)), MPI_BYTE, MPI_MAX,
+                          comm.raw()));
+  std::ostringstream bad;
+  int nbad = 0;
+  int64_t ref = -1;  // the first good file sets the sample shape
+  for (int64_t i = 0; i < n; ++i) {
+    const Record& r = recs[size_t(i)];
+    FileInfo fi;
+    fi.error = std::string(r.error, strnlen(r.error, kText));
+    fi.samples = r.samples;
+    fi.extent = {r.extent[0], r.extent[1], r.extent[2]};
+    fi.channels = r.channels;
+    fi.bytes = r.bytes;
+    fi.batched = r.batched;
+    fi.channels_last = r.channels_last;
+    if (fi.error.empty() && ref >= 0 && (fi.extent != extent_ || fi.channels != channels_)) {
+      std::ostringstream os;
+      os << "holds samples of " << fi.extent[0] << "x" << fi.extent[1] << "x" << fi.extent[2] << " x " << fi.channels
+         << " but '" << files_[size_t(ref)] << "' holds " << extent_[0] << "x" << extent_[1] << "x" << extent_[2] << " x "
+         << channels_ << "; all samples must have one shape";
+      fi.error = os.str();
+    }
+    if (!fi.error.empty()) {
+      if (nbad < 5) bad << "\n  '" << files_[size_t(i)] << "' " << fi.error;
+      ++nbad;
+    } else if (ref < 0) {
+      ref = i;
+      extent_ = fi.extent;
+      channels_ = fi.channels;
+    }
+    if (fi.error.empty())
+      for (int64_t k = 0; k < fi.samples; ++k) samples_.push_back({int32_t(i), k});
+    bytes_ += fi.error.empty() ? fi.bytes : 0;
+    info_.push_back(fi);
+  }
+  H3D_USAGE_CHECK(nbad == 0, "--data '" << p << "': " << nbad << " of " << n << " files are unusable"
+                                          << (nbad > 5 ? " (the first 5)" : "") << ":" << bad.str());
+  H3D_USAGE_CHECK(!samples_.empty(), "--data '" << p << "': the files hold no samples");
 }
 
 void Hdf5Universes::load(int64_t index, const Box& box, float* out, float* target) {
-  const std::string& path = files_.at(size_t(index));
+  const Sample smp = samples_.at(size_t(index));
+  const std::string& path = files_[size_t(smp.file)];
+  const FileInfo& fi = info_[size_t(smp.file)];
   H5Handle f = open_file(path);
   {
     H5Handle ds{H5Dopen2(f.id, "unitPar", H5P_DEFAULT), H5Dclose};
-    if (ds.id < 0 || H5Dread(ds.id, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, target) < 0)
+    H5Handle fs{ds.id >= 0 ? H5Dget_space(ds.id) : -1, H5Sclose};
+    const hsize_t start[2] = {hsize_t(smp.within), 0}, count[2] = {1, 4}, four = 4;
+    if (fi.batched) H5Sselect_hyperslab(fs.id, H5S_SELECT_SET, start, nullptr, count, nullptr);
+    H5Handle ms{H5Screate_simple(1, &four, nullptr), H5Sclose};
+    if (ds.id < 0 || H5Dread(ds.id, H5T_NATIVE_FLOAT, ms.id, fs.id, H5P_DEFAULT, target) < 0)
       H3D_THROW(Error, "file '" << path << "': cannot read 'unitPar': " << hdf5_message());
   }
   H5Handle ds{H5Dopen2(f.id, "full", H5P_DEFAULT), H5Dclose};
   if (ds.id < 0) H3D_THROW(Error, "file '" << path << "': cannot open 'full': " << hdf5_message());
   H5Handle fs{H5Dget_space(ds.id), H5Sclose};
-  auto e = box.extents();
-  hsize_t start[4] = {hsize_t(box.r[0].lo), hsize_t(box.r[1].lo), hsize_t(box.r[2].lo), 0};
-  hsize_t count[4] = {hsize_t(e[0]), hsize_t(e[1]), hsize_t(e[2]), hsize_t(channels_)};
-  H5Sselect_hyperslab(fs.id, H5S_SELECT_SET, start, nullptr, count, nullptr);
-  H5Handle ms{H5Screate_simple(4, count, nullptr), H5Sclose};
-  int64_t vol = box.volume();
-  scratch_.resize(size_t(vol * channels_));
+  const auto e = box.extents();
+  const hsize_t c = hsize_t(channels_);
+  std::vector<hsize_t> start, count;
+  if (fi.batched) start.push_back(hsize_t(smp.within)), count.push_back(1);
+  const hsize_t b0 = hsize_t(box.r[0].lo), b1 = hsize_t(box.r[1].lo), b2 = hsize_t(box.r[2].lo);
+  if (fi.channels_last) {
+    start.insert(start.end(), {b0, b1, b2, 0});
+    count.insert(count.end(), {hsize_t(e[0]), hsize_t(e[1]), hsize_t(e[2]), c});
+  } else {
+    start.insert(start.end(), {0, b0, b1, b2});
+    count.insert(count.end(), {c, hsize_t(e[0]), hsize_t(e[1]), hsize_t(e[2])});
+  }
+  H5Sselect_hyperslab(fs.id, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
+  H5Handle ms{H5Screate_simple(int(count.size()), count.data(), nullptr), H5Sclose};
+  const int64_t vol = box.volume();
   // HDF5 converts the stored type (int16 in CosmoFlow files) to float.
-  if (H5Dread(ds.id, H5T_NATIVE_FLOAT, ms.id, fs.id, H5P_DEFAULT, scratch_.data()) < 0)
+  float* dst = out;
+  if (fi.channels_last) {
+    scratch_.resize(size_t(vol * channels_));
+    dst = scratch_.data();
+  }
+  if (H5Dread(ds.id, H5T_NATIVE_FLOAT, ms.id, fs.id, H5P_DEFAULT, dst) < 0)
     H3D_THROW(Error, "file '" << path << "': cannot read block " << box << " of 'full': " << hdf5_message());
-  for (int64_t c = 0; c < channels_; ++c)
-    for (int64_t i = 0; i < vol; ++i) out[c * vol + i] = scratch_[size_t(i * channels_ + c)];
+  if (fi.channels_last)
+    for (int64_t ch = 0; ch < channels_; ++ch)
+      for (int64_t i = 0; i < vol; ++i) out[ch * vol + i] = scratch_[size_t(i * channels_ + ch)];
   apply_transform(transform_, out, vol * channels_);
 }
 
 std::string Hdf5Universes::describe() const {
   std::ostringstream os;
-  os << files_.size() << " HDF5 universes of " << extent_[0] << "x" << extent_[1] << "x" << extent_[2] << " x "
-     << channels_ << " from '" << pattern_ << "'";
+  os << samples_.size() << " samples of " << extent_[0] << "x" << extent_[1] << "x" << extent_[2] << " x "
+     << channels_ << " in " << files_.size() << " HDF5 file(s), " << bytes_ / (1 << 20) << " MiB, from '" << pattern_
+     << "'";
   return os.str();
 }
 

@@ -28,7 +28,7 @@ std::unique_ptr<SampleSource> open_source(const std::string& spec, const TrainOp
   InputTransform t = parse_transform(o.transform);
   if (spec == "synthetic")
     return std::make_unique<SyntheticUniverses>(group, o.model.input_size, count, o.model.seed, offset, t);
-  return std::make_unique<Hdf5Universes>(spec, t);
+  return std::make_unique<Hdf5Universes>(group, spec, t);
 }
 
 void require_writable_dir(const char* flag, const std::string& path) {
