@@ -4,12 +4,7 @@
 # float32) and as one file with a leading sample dimension; training on 2
 # ranks (2x1x1) prints the same losses from all three. Then bad files are
 # refused before the first step, each named with what is wrong.
-set -euo pipefail
-BIN="$1"
-PY="${2:-/usr/bin/python3}"
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
-MPI="mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS=1"
+source "$(dirname "$0")/setup.sh"
 "$BIN" generate --count 4 --size 32 --seed 3 --quiet --out "$WORK/orig"
 "$PY" - "$WORK" <<'PYEOF'
 import sys, os, glob, h5py, numpy as np

@@ -3,12 +3,7 @@
 # universe per 2 ranks there), the CosmoFlow layout, a rerun that skips
 # complete files, and training from the files giving the same losses as
 # training on the same universes in memory.
-set -euo pipefail
-BIN="$1"
-PY="${2:-/usr/bin/python3}"
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
-MPI="mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS=1"
+source "$(dirname "$0")/setup.sh"
 GEN="generate --count 3 --size 32 --seed 11 --quiet"
 
 "$BIN" $GEN --out "$WORK/r1"
