@@ -126,6 +126,9 @@ int main(int argc, char** argv) {
                       "gradient allreduce during backward on a communication thread: on | off | auto (on unless "
                       "this node's ranks x threads exceed its cores)")
         ->capture_default_str();
+    train->add_option("--data-store-mib", o.data_store_mib,
+                      "keep the blocks read from files in memory, up to this many MiB per rank (0: off; default: "
+                      "a quarter of the node's available memory, shared by its ranks)");
     train->add_option("--backend", o.backend, "cpu (oneDNN) | ref (reference loops)")->capture_default_str();
     train->add_option("--log-every", o.log_every, "progress line every N steps")->capture_default_str();
     train->add_flag("--quiet", o.quiet, "no progress output");

@@ -38,3 +38,17 @@ from_files=$($MPI -np 2 "$BIN" $TRAIN --spatial 2x1x1 --data "$WORK/r2" | grep '
 in_memory=$($MPI -np 2 "$BIN" $TRAIN --spatial 2x1x1 --train-samples 3 | grep '^step' | awk '{print $3, $4}')
 [ -n "$from_files" ] && [ "$from_files" = "$in_memory" ] || { echo "FAIL losses: files '$from_files' vs memory '$in_memory'"; exit 1; }
 echo "ok   training from the files: the same losses as in memory ($from_files)"
+
+# The data store: epochs after the first read from memory, with the same losses as without it.
+STORE="train --model cosmoflow --input-size 32 --batch-size 2 --epochs 3 --val-samples 0 --seed 11 --threads 1 --log-every 1 --spatial 2x1x1 --data $WORK/r2"
+with_store=$($MPI -np 2 "$BIN" $STORE)
+without=$($MPI -np 2 "$BIN" $STORE --data-store-mib 0)
+a=$(grep '^step' <<<"$with_store" | awk '{print $4}' | tr '\n' ' '); b=$(grep '^step' <<<"$without" | awk '{print $4}' | tr '\n' ' ')
+[ -n "$a" ] && [ "$a" = "$b" ] || { echo "FAIL data store: losses '$a' with, '$b' without"; exit 1; }
+# 3 files, batch 2: 1 step per epoch, so at most 3 of rank 0's 6 loads read a file.
+hits=$(sed -n 's/^data store (rank 0): \([0-9]*\) blocks from memory, \([0-9]*\) read.*/\1 \2/p' <<<"$with_store")
+read -r h m <<<"$hits"
+[ -n "$hits" ] && [ "$h" -ge 3 ] && [ "$m" -le 3 ] && [ $((h + m)) -eq 6 ] ||
+  { echo "FAIL data store: '$(grep 'data store (rank' <<<"$with_store")'"; exit 1; }
+! grep -q "data store (rank 0)" <<<"$without" || { echo "FAIL data store: on with --data-store-mib 0"; exit 1; }
+echo "ok   data store: 3 epochs, later ones from memory, the same losses as without ($a)"

@@ -11,6 +11,7 @@
 
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/core/profiler.hpp"
+#include "hybrid3d/data/data_store.hpp"
 #include "hybrid3d/core/rng.hpp"
 #include "hybrid3d/data/hdf5_source.hpp"
 #include "hybrid3d/data/synthetic_universe.hpp"
@@ -28,7 +29,11 @@ std::unique_ptr<SampleSource> open_source(const std::string& spec, const TrainOp
   InputTransform t = parse_transform(o.transform);
   if (spec == "synthetic")
     return std::make_unique<SyntheticUniverses>(group, o.model.input_size, count, o.model.seed, offset, t);
-  return std::make_unique<Hdf5Universes>(group, spec, t);
+  std::unique_ptr<SampleSource> files = std::make_unique<Hdf5Universes>(group, spec, t);
+  if (o.data_store_mib == 0) return files;
+  const int64_t limit = o.data_store_mib > 0 ? int64_t(o.data_store_mib * (1 << 20))
+                                             : default_store_bytes(ranks_on_this_node(group));
+  return std::make_unique<DataStore>(std::move(files), limit);
 }
 
 void require_writable_dir(const char* flag, const std::string& path) {
@@ -313,6 +318,12 @@ void Trainer::run() {
     report_profile(*grid_, names, profiled_steps, o_.profile, root);
   }
   run_validation(total_steps_);
+  if (auto* store = dynamic_cast<const DataStore*>(train_src_.get())) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "data store (rank 0): %lld blocks from memory, %lld read from files, %.1f MiB kept",
+                  (long long)store->hits(), (long long)store->misses(), double(store->bytes()) / (1 << 20));
+    say(buf);
+  }
   check_replicas_identical();
   if (!o_.save.empty()) {
     save(o_.save);

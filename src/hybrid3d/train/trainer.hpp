@@ -39,6 +39,9 @@ struct TrainOptions {
   // Gradient allreduce in buckets of this many MiB, reduced during backward
   // on a communication thread (see GradientReducer for kAuto) or after it.
   double bucket_mib = 8;
+  // Blocks read from files are kept in memory up to this many MiB per rank
+  // (0: off; negative: a quarter of the node's available memory).
+  double data_store_mib = -1;
   Overlap overlap = Overlap::kAuto;
 };
 

@@ -1,0 +1,55 @@
+#include "hybrid3d/data/data_store.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace h3d {
+
+DataStore::DataStore(std::unique_ptr<SampleSource> inner, int64_t limit_bytes)
+    : inner_(std::move(inner)), limit_(std::max<int64_t>(0, limit_bytes)) {}
+
+void DataStore::load(int64_t index, const Box& box, float* out, float* target) {
+  const int64_t n = box.volume() * channels();
+  auto it = kept_.find(index);
+  if (it != kept_.end() && it->second.box == box) {
+    std::copy_n(it->second.data.data(), n, out);
+    std::copy_n(it->second.target.data(), kTargets, target);
+    ++hits_;
+    return;
+  }
+  ++misses_;
+  inner_->load(index, box, out, target);
+  const int64_t need = n * int64_t(sizeof(float));
+  if (it != kept_.end() || bytes_ + need > limit_) return;
+  Entry e{box, std::vector<float>(out, out + n), {}};
+  std::copy_n(target, kTargets, e.target.data());
+  kept_.emplace(index, std::move(e));
+  bytes_ += need;
+}
+
+std::string DataStore::describe() const {
+  std::ostringstream os;
+  os << inner_->describe() << "; data store up to " << limit_ / (1 << 20) << " MiB per rank";
+  return os.str();
+}
+
+int64_t default_store_bytes(int ranks_on_node) {
+  // MemAvailable from /proc/meminfo (kB); if unreadable, the physical pages.
+  int64_t avail = 0;
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (f >> key >> kb >> unit)
+    if (key == "MemAvailable:") avail = kb * 1024;
+  if (avail <= 0) avail = int64_t(sysconf(_SC_AVPHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
+  return avail / 4 / std::max(1, ranks_on_node);
+}
+
+}  // namespace h3d

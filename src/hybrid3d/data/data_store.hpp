@@ -1,0 +1,50 @@
+// DataStore: keeps the blocks a rank has read in memory, so that only the
+// first epoch touches the file system (LBANN's data store).
+//
+// It wraps a file source: load() answers from memory when this rank read
+// the same block of the same sample before, and otherwise reads it and
+// keeps it while the store is under its byte limit (first come, first
+// kept; nothing is evicted, so later epochs read the same samples from
+// memory every time). When an epoch's shuffle sends a sample to another
+// data group, that group's ranks read it from the file (and keep it then):
+// moving blocks between ranks over MPI would need every rank to know, a
+// step ahead, who holds what, and at the cost of a second copy in flight;
+// re-reading costs one block read per rank and keeps ranks independent.
+#pragma once
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "hybrid3d/data/sample_source.hpp"
+
+namespace h3d {
+
+class DataStore : public SampleSource {
+ public:
+  DataStore(std::unique_ptr<SampleSource> inner, int64_t limit_bytes);
+  int64_t size() const override { return inner_->size(); }
+  std::array<int64_t, 3> extent() const override { return inner_->extent(); }
+  int64_t channels() const override { return inner_->channels(); }
+  void load(int64_t index, const Box& box, float* out, float* target) override;
+  std::string describe() const override;
+
+  int64_t hits() const { return hits_; }
+  int64_t misses() const { return misses_; }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  struct Entry {
+    Box box;
+    std::vector<float> data;
+    std::array<float, kTargets> target;
+  };
+  std::unique_ptr<SampleSource> inner_;
+  int64_t limit_ = 0, bytes_ = 0, hits_ = 0, misses_ = 0;
+  std::map<int64_t, Entry> kept_;
+};
+
+// The default store limit for this rank: a quarter of the node's available
+// memory, shared among its ranks.
+int64_t default_store_bytes(int ranks_on_node);
+
+}  // namespace h3d
