@@ -129,6 +129,9 @@ int main(int argc, char** argv) {
     train->add_option("--data-store-mib", o.data_store_mib,
                       "keep the blocks read from files in memory, up to this many MiB per rank (0: off; default: "
                       "a quarter of the node's available memory, shared by its ranks)");
+    bool no_prefetch = false;
+    train->add_flag("--no-prefetch", no_prefetch,
+                    "load each mini-batch in its step (default: the next one loads in the background, for files)");
     train->add_option("--backend", o.backend, "cpu (oneDNN) | ref (reference loops)")->capture_default_str();
     train->add_option("--log-every", o.log_every, "progress line every N steps")->capture_default_str();
     train->add_flag("--quiet", o.quiet, "no progress output");
@@ -186,6 +189,7 @@ int main(int argc, char** argv) {
         o.overlap = h3d::Overlap::kOff;
       else
         H3D_THROW(h3d::UsageError, "--overlap must be on, off or auto, not '" << overlap << "'");
+      o.prefetch = !no_prefetch;
       o.spatial = h3d::ProcessGrid::parse_spatial(spatial);
       o.schedule.boundaries = parse_list<int64_t>(decay_boundaries, "--decay-boundaries");
       o.schedule.factors = parse_list<double>(decay_factors, "--decay-factors");

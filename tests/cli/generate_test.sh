@@ -52,3 +52,10 @@ read -r h m <<<"$hits"
   { echo "FAIL data store: '$(grep 'data store (rank' <<<"$with_store")'"; exit 1; }
 ! grep -q "data store (rank 0)" <<<"$without" || { echo "FAIL data store: on with --data-store-mib 0"; exit 1; }
 echo "ok   data store: 3 epochs, later ones from memory, the same losses as without ($a)"
+
+# The prefetcher: the same losses with the next batch loaded in the background; per-step data wait in the metrics.
+pre=$($MPI -np 2 "$BIN" $STORE --data-store-mib 0 --metrics "$WORK/m.jsonl" | grep '^step' | awk '{print $4}' | tr '\n' ' ')
+nopre=$($MPI -np 2 "$BIN" $STORE --data-store-mib 0 --no-prefetch | grep '^step' | awk '{print $4}' | tr '\n' ' ')
+[ -n "$pre" ] && [ "$pre" = "$nopre" ] || { echo "FAIL prefetch: losses '$pre' with, '$nopre' without"; exit 1; }
+[ "$(grep -c '"data_wait_s"' "$WORK/m.jsonl")" -eq 3 ] || { echo "FAIL prefetch: no data_wait_s per step"; exit 1; }
+echo "ok   prefetch: the same losses as loading in the step; data_wait_s per step"

@@ -74,6 +74,12 @@ Trainer::Trainer(const Comm& world, TrainOptions o) : o_(std::move(o)) {
   } else if (o_.data == "synthetic" && o_.val_samples > 0) {
     val_src_ = open_source("synthetic", o_, grid_->group(), o_.val_samples, kValIndexOffset);
   }
+  // The synthetic source generates with collectives on the group's
+  // communicator: it cannot run beside the step's own messages.
+  if (o_.prefetch && o_.data != "synthetic")
+    prefetch_ = std::make_unique<Prefetcher>([this](const std::vector<int64_t>& ids, Tensor& x, std::vector<float>& t) {
+      load_batch(*train_src_, ids, x, t);
+    });
   auto ext = train_src_->extent();
   H3D_USAGE_CHECK(ext[0] == o_.model.input_size && ext[1] == ext[0] && ext[2] == ext[0],
                   "the data (" << train_src_->describe() << ") does not match --input-size " << o_.model.input_size
@@ -159,14 +165,27 @@ void Trainer::load_batch(SampleSource& src, const std::vector<int64_t>& ids, Ten
     src.load(ids[size_t(s)], block_, x.data() + s * c * vol, t.data() + s * SampleSource::kTargets);
 }
 
-double Trainer::train_step(int64_t step) {
+std::vector<int64_t> Trainer::local_batch(int64_t step) const {
   auto ids = global_batch(step);
   int64_t lo, hi;
   local_range(lo, hi);
-  std::vector<int64_t> mine(ids.begin() + lo, ids.begin() + hi);
+  return std::vector<int64_t>(ids.begin() + lo, ids.begin() + hi);
+}
+
+double Trainer::train_step(int64_t step) {
+  int64_t lo, hi;
+  local_range(lo, hi);
+  const std::vector<int64_t> mine = local_batch(step);
   {
     ProfileScope timed(prof::kDataWait);
-    load_batch(*train_src_, mine, input_, targets_);
+    const double t0 = Profiler::now();
+    if (prefetch_) {
+      prefetch_->take(mine, input_, targets_);
+      if (step + 1 < total_steps_) prefetch_->start(local_batch(step + 1));
+    } else {
+      load_batch(*train_src_, mine, input_, targets_);
+    }
+    last_data_wait_ = Profiler::now() - t0;
   }
 
   StepContext ctx{backend_.get(), grid_.get(), true, o_.model.seed, step, {}};
@@ -199,6 +218,7 @@ double Trainer::train_step(int64_t step) {
 ValidationResult Trainer::validate() {
   ValidationResult r;
   if (!val_src_) return r;
+  if (prefetch_) prefetch_->wait();  // HDF5 is not thread-safe
   int64_t batches = val_src_->size() / o_.batch_size, lo, hi;
   local_range(lo, hi);
   std::vector<double> acc(9, 0.0);  // sse[4], sae[4], count
@@ -297,7 +317,8 @@ void Trainer::run() {
     ++window_n;
     double sps = double(o_.batch_size) / dt;
     metrics_.write({{"type", "train"}, {"step", step}, {"epoch", step / steps_per_epoch_}, {"loss", loss},
-                    {"lr", o_.schedule.at(step)}, {"step_time_s", dt}, {"samples_per_s", sps}});
+                    {"lr", o_.schedule.at(step)}, {"step_time_s", dt}, {"samples_per_s", sps},
+                    {"data_wait_s", last_data_wait_}});
     if ((step + 1) % o_.log_every == 0 || step + 1 == total_steps_) {
       double avg = window_t / double(window_n);
       char buf[256];

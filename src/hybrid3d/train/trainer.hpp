@@ -14,6 +14,7 @@
 #include "hybrid3d/backend/backend.hpp"
 #include "hybrid3d/data/sample_source.hpp"
 #include "hybrid3d/models/cosmoflow.hpp"
+#include "hybrid3d/data/prefetcher.hpp"
 #include "hybrid3d/train/grad_reducer.hpp"
 #include "hybrid3d/train/lr_schedule.hpp"
 #include "hybrid3d/train/metrics.hpp"
@@ -42,6 +43,8 @@ struct TrainOptions {
   // Blocks read from files are kept in memory up to this many MiB per rank
   // (0: off; negative: a quarter of the node's available memory).
   double data_store_mib = -1;
+  // Load the next mini-batch on a background thread (file sources only).
+  bool prefetch = true;
   Overlap overlap = Overlap::kAuto;
 };
 
@@ -76,6 +79,8 @@ class Trainer {
   void load_batch(SampleSource& src, const std::vector<int64_t>& ids, Tensor& x, std::vector<float>& targets);
   std::vector<int64_t> global_batch(int64_t step) const;
   void local_range(int64_t& lo, int64_t& hi) const;
+  // The ids this rank's data group loads at `step`.
+  std::vector<int64_t> local_batch(int64_t step) const;
   void load_init(const std::string& path);
 
   TrainOptions o_;
@@ -90,6 +95,8 @@ class Trainer {
   int64_t steps_per_epoch_ = 1, total_steps_ = 0;
   Tensor input_, output_, dout_;
   std::vector<float> targets_;
+  std::unique_ptr<Prefetcher> prefetch_;  // null: load in the step
+  double last_data_wait_ = 0;
 };
 
 }  // namespace h3d
