@@ -142,21 +142,38 @@ CpuBackend::Impl::ConvPrims& CpuBackend::Impl::conv(const ConvDesc& d, const std
 namespace {
 
 // One forward call of (a view of) a convolution.
+// Runs `prim` on two inputs and one output, each staged through its
+// StagedArg (plus `plain`: arguments passed as they are, e.g. the bias),
+// then moves the output to the caller's buffer and frees every staging copy.
+template <typename Prim>
+void run_staged(Prim& prim, const dnnl::engine& eng, dnnl::stream& s, std::pair<int, StagedArg*> in0,
+                const float* p0, std::pair<int, StagedArg*> in1, const float* p1, std::pair<int, StagedArg*> out,
+                float* po, std::unordered_map<int, memory> plain = {}) {
+  memory o = out.second->output(eng, po);
+  plain.emplace(in0.first, in0.second->input(eng, s, p0));
+  plain.emplace(in1.first, in1.second->input(eng, s, p1));
+  plain.emplace(out.first, o);
+  prim.execute(s, plain);
+  s.wait();
+  in0.second->release();
+  in1.second->release();
+  out.second->finish_output(s, o, po);
+  s.wait();
+  out.second->release();
+}
+
+memory bias_memory(const ConvDesc& d, const dnnl::engine& eng, const float* b) {
+  return memory({{d.cout}, dt::f32, tag::x}, eng, const_cast<float*>(b));
+}
+
+// One forward call of (a view of) a convolution.
 template <typename Prims>
 void forward_once(Prims& p, const dnnl::engine& eng, dnnl::stream& s, const ConvDesc& d, const float* x,
                   const float* w, const float* b, float* y) {
-  memory dst = p.f_dst.output(eng, y);
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, p.f_src.input(eng, s, x)},
-                                       {DNNL_ARG_WEIGHTS, p.f_wei.input(eng, s, w)},
-                                       {DNNL_ARG_DST, dst}};
-  if (d.bias) args.emplace(DNNL_ARG_BIAS, memory({{d.cout}, dt::f32, tag::x}, eng, const_cast<float*>(b)));
-  p.fwd.execute(s, args);
-  s.wait();
-  p.f_src.release();
-  p.f_wei.release();
-  p.f_dst.finish_output(s, dst, y);
-  s.wait();
-  p.f_dst.release();
+  std::unordered_map<int, memory> bias;
+  if (d.bias) bias.emplace(DNNL_ARG_BIAS, bias_memory(d, eng, b));
+  run_staged(p.fwd, eng, s, {DNNL_ARG_SRC, &p.f_src}, x, {DNNL_ARG_WEIGHTS, &p.f_wei}, w, {DNNL_ARG_DST, &p.f_dst}, y,
+             std::move(bias));
 }
 
 }  // namespace
@@ -195,16 +212,8 @@ void CpuBackend::conv3d_backward_data(const ConvDesc& d, const float* dy, const 
   auto& eng = impl_->eng;
   auto& s = impl_->strm;
   dnnl_call("convolution backward data", [&] {
-    memory dsrc = p.d_dsrc.output(eng, dx);
-    p.bwd_data.execute(s, {{DNNL_ARG_DIFF_DST, p.d_ddst.input(eng, s, dy)},
-                           {DNNL_ARG_WEIGHTS, p.d_wei.input(eng, s, w)},
-                           {DNNL_ARG_DIFF_SRC, dsrc}});
-    s.wait();
-    p.d_ddst.release();
-    p.d_wei.release();
-    p.d_dsrc.finish_output(s, dsrc, dx);
-    s.wait();
-    p.d_dsrc.release();
+    run_staged(p.bwd_data, eng, s, {DNNL_ARG_DIFF_DST, &p.d_ddst}, dy, {DNNL_ARG_WEIGHTS, &p.d_wei}, w,
+               {DNNL_ARG_DIFF_SRC, &p.d_dsrc}, dx);
   });
 }
 
@@ -215,18 +224,10 @@ namespace {
 template <typename Prims>
 void backward_weights_once(Prims& p, const dnnl::engine& eng, dnnl::stream& s, const ConvDesc& d, const float* x,
                            const float* dy, float* dw, float* db) {
-  memory dwei = p.w_dwei.output(eng, dw);
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, p.w_src.input(eng, s, x)},
-                                       {DNNL_ARG_DIFF_DST, p.w_ddst.input(eng, s, dy)},
-                                       {DNNL_ARG_DIFF_WEIGHTS, dwei}};
-  if (d.bias) args.emplace(DNNL_ARG_DIFF_BIAS, memory({{d.cout}, dt::f32, tag::x}, eng, db));
-  p.bwd_weights.execute(s, args);
-  s.wait();
-  p.w_src.release();
-  p.w_ddst.release();
-  p.w_dwei.finish_output(s, dwei, dw);
-  s.wait();
-  p.w_dwei.release();
+  std::unordered_map<int, memory> bias;
+  if (d.bias) bias.emplace(DNNL_ARG_DIFF_BIAS, bias_memory(d, eng, db));
+  run_staged(p.bwd_weights, eng, s, {DNNL_ARG_SRC, &p.w_src}, x, {DNNL_ARG_DIFF_DST, &p.w_ddst}, dy,
+             {DNNL_ARG_DIFF_WEIGHTS, &p.w_dwei}, dw, std::move(bias));
 }
 
 }  // namespace
