@@ -17,6 +17,7 @@
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/dist/comm.hpp"
 #include "hybrid3d/dist/process_grid.hpp"
+#include "hybrid3d/data/preprocess.hpp"
 #include "hybrid3d/data/universe_writer.hpp"
 #include "hybrid3d/train/trainer.hpp"
 
@@ -54,11 +55,13 @@ bool any_rank_failed(const h3d::Comm& world, const std::exception* local) {
   return lowest < world.size();
 }
 
-// `hybrid3d generate`: bad options are found alike on every rank (exit 2,
-// rank 0 prints); a failure while writing aborts the job.
-int run_generate(const h3d::Comm& world, const h3d::GenerateOptions& o) {
+// `hybrid3d generate` and `preprocess`: bad options and inputs are found
+// alike on every rank (exit 2, rank 0 prints); a failure while writing
+// aborts the job.
+template <typename Tool>
+int run_tool(const h3d::Comm& world, Tool tool) {
   try {
-    h3d::generate_universes(world, o);
+    tool();
   } catch (const h3d::UsageError& e) {
     if (world.rank() == 0) print_error(e, 0, 1);
     return 2;
@@ -132,6 +135,10 @@ int main(int argc, char** argv) {
     bool no_prefetch = false;
     train->add_flag("--no-prefetch", no_prefetch,
                     "load each mini-batch in its step (default: the next one loads in the background, for files)");
+    train->add_option("--read-mode", o.read_mode,
+                      "how each rank reads its block of a file sample: independent (own hyperslab), collective "
+                      "(MPI-IO collective hyperslabs) | naive (one rank per group reads the sample and scatters it)")
+        ->capture_default_str();
     train->add_option("--backend", o.backend, "cpu (oneDNN) | ref (reference loops)")->capture_default_str();
     train->add_option("--log-every", o.log_every, "progress line every N steps")->capture_default_str();
     train->add_flag("--quiet", o.quiet, "no progress output");
@@ -150,6 +157,22 @@ int main(int argc, char** argv) {
                     "ranks that generate and write one universe together (default: all)");
     gen->add_flag("--quiet", gen_opts.quiet, "no progress output");
 
+    h3d::PreprocessOptions pre;
+    auto* prep = app.add_subcommand("preprocess", "cut universes into sub-volume samples, optionally in another "
+                                                  "layout, type or chunking, with a manifest (ranks share the files)");
+    prep->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    prep->add_option("--in", pre.in, "directory or glob of CosmoFlow HDF5 files")->required();
+    prep->add_option("--out", pre.out, "output directory (created if missing)")->required();
+    prep->add_option("--sample-size", pre.sample_size, "side of each cubic sub-volume (default: whole universes)");
+    prep->add_option("--layout", pre.layout, "original (D, H, W, C) | lbann (C, D, H, W)")->capture_default_str();
+    prep->add_option("--dtype", pre.dtype, "int16 | float32 (default: int16 for original, float32 for lbann)");
+    prep->add_option("--samples-per-file", pre.samples_per_file, "samples per output file (more than 1: a leading "
+                                                                 "sample dimension)")
+        ->capture_default_str();
+    prep->add_option("--chunk", pre.chunk, "HDF5 chunk side in D, H and W (0: contiguous)")->capture_default_str();
+    prep->add_option("--gzip", pre.compress, "gzip level 1..9 for chunked output (0: none)")->capture_default_str();
+    prep->add_flag("--quiet", pre.quiet, "no progress output");
+
     try {
       app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -164,8 +187,11 @@ int main(int argc, char** argv) {
       return 2;
     }
 
-    if (gen->parsed()) {
-      code = run_generate(world, gen_opts);
+    if (gen->parsed() || prep->parsed()) {
+      if (gen->parsed())
+        code = run_tool(world, [&] { h3d::generate_universes(world, gen_opts); });
+      else
+        code = run_tool(world, [&] { h3d::preprocess_universes(world, pre); });
       MPI_Finalize();
       return code;
     }

@@ -25,7 +25,10 @@ void DataStore::load(int64_t index, const Box& box, float* out, float* target) {
   }
   ++misses_;
   inner_->load(index, box, out, target);
-  const int64_t need = n * int64_t(sizeof(float));
+  // Under a collective reader every rank of the group must keep the same
+  // samples, or they would stop making the same reads: charge each block at
+  // the group's largest.
+  const int64_t need = inner_->group_max(n * int64_t(sizeof(float)));
   if (it != kept_.end() || bytes_ + need > limit_) return;
   Entry e{box, std::vector<float>(out, out + n), {}};
   std::copy_n(target, kTargets, e.target.data());

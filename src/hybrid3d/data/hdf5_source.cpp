@@ -11,6 +11,7 @@
 
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/data/hdf5_util.hpp"
+#include "hybrid3d/dist/box_copy.hpp"
 
 namespace h3d {
 
@@ -30,12 +31,6 @@ std::string dims_str(const std::vector<hsize_t>& d) {
   os << "(";
   for (size_t i = 0; i < d.size(); ++i) os << (i ? ", " : "") << d[i];
   return os.str() + (d.size() == 1 ? ",)" : ")");
-}
-
-H5Handle open_file(const std::string& path) {
-  H5Handle f{H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};
-  if (f.id < 0) H3D_THROW(Error, "cannot open HDF5 file '" << path << "': " << hdf5_message());
-  return f;
 }
 
 // Shape of a numeric dataset; throws naming the file and what is wrong.
@@ -73,6 +68,7 @@ Hdf5Universes::FileInfo Hdf5Universes::inspect(const std::string& path) {
       SCAN_FAIL("dataset 'full' has shape " << dims_str(full)
                                                    << "; expected (D, H, W, C), (C, D, H, W) or a leading sample dimension");
     fi.batched = full.size() == 5;
+    fi.integer = is_int;
     const size_t o = fi.batched ? 1 : 0;
     fi.samples = fi.batched ? int64_t(full[0]) : 1;
     // Channels are the short end: last in the original files, first in LBANN's.
@@ -120,8 +116,9 @@ std::vector<std::string> Hdf5Universes::expand(const std::string& p) {
   return out;
 }
 
-Hdf5Universes::Hdf5Universes(const Comm& comm, const std::string& p, InputTransform t)
-    : pattern_(p), transform_(t) {
+Hdf5Universes::Hdf5Universes(const Comm& comm, const std::string& p, InputTransform t, ReadMode mode)
+    : pattern_(p), transform_(t), mode_(mode) {
+  if (mode_ != ReadMode::kIndependent) io_ = comm.dup();
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // errors come back to us, not to stderr
   files_ = expand(p);
   H3D_USAGE_CHECK(!files_.empty(), "--data '" << p << "': no HDF5 files found (give a directory of *.h5 files or a glob)");
@@ -190,18 +187,24 @@ Hdf5Universes::Hdf5Universes(const Comm& comm, const std::string& p, InputTransf
   H3D_USAGE_CHECK(!samples_.empty(), "--data '" << p << "': the files hold no samples");
 }
 
-void Hdf5Universes::load(int64_t index, const Box& box, float* out, float* target) {
-  const Sample smp = samples_.at(size_t(index));
+void Hdf5Universes::read_block(const Sample& smp, const Box& box, float* out, float* target, bool collective) {
   const std::string& path = files_[size_t(smp.file)];
   const FileInfo& fi = info_[size_t(smp.file)];
-  H5Handle f = open_file(path);
+  H5Handle fapl{H5Pcreate(H5P_FILE_ACCESS), H5Pclose};
+  H5Handle plist{H5Pcreate(H5P_DATASET_XFER), H5Pclose};
+  if (collective && (fapl.id < 0 || plist.id < 0 || H5Pset_fapl_mpio(fapl.id, io_.raw(), MPI_INFO_NULL) < 0 ||
+                     H5Pset_dxpl_mpio(plist.id, H5FD_MPIO_COLLECTIVE) < 0))
+    H3D_THROW(Error, "cannot set up MPI-IO for collective reads: " << hdf5_message());
+  const hid_t dxpl = plist.id;
+  H5Handle f{H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.id), H5Fclose};
+  if (f.id < 0) H3D_THROW(Error, "cannot open HDF5 file '" << path << "': " << hdf5_message());
   {
     H5Handle ds{H5Dopen2(f.id, "unitPar", H5P_DEFAULT), H5Dclose};
     H5Handle fs{ds.id >= 0 ? H5Dget_space(ds.id) : -1, H5Sclose};
     const hsize_t start[2] = {hsize_t(smp.within), 0}, count[2] = {1, 4}, four = 4;
     if (fi.batched) H5Sselect_hyperslab(fs.id, H5S_SELECT_SET, start, nullptr, count, nullptr);
     H5Handle ms{H5Screate_simple(1, &four, nullptr), H5Sclose};
-    if (ds.id < 0 || H5Dread(ds.id, H5T_NATIVE_FLOAT, ms.id, fs.id, H5P_DEFAULT, target) < 0)
+    if (ds.id < 0 || H5Dread(ds.id, H5T_NATIVE_FLOAT, ms.id, fs.id, dxpl, target) < 0)
       H3D_THROW(Error, "file '" << path << "': cannot read 'unitPar': " << hdf5_message());
   }
   H5Handle ds{H5Dopen2(f.id, "full", H5P_DEFAULT), H5Dclose};
@@ -228,19 +231,88 @@ void Hdf5Universes::load(int64_t index, const Box& box, float* out, float* targe
     scratch_.resize(size_t(vol * channels_));
     dst = scratch_.data();
   }
-  if (H5Dread(ds.id, H5T_NATIVE_FLOAT, ms.id, fs.id, H5P_DEFAULT, dst) < 0)
+  if (H5Dread(ds.id, H5T_NATIVE_FLOAT, ms.id, fs.id, dxpl, dst) < 0)
     H3D_THROW(Error, "file '" << path << "': cannot read block " << box << " of 'full': " << hdf5_message());
   if (fi.channels_last)
     for (int64_t ch = 0; ch < channels_; ++ch)
       for (int64_t i = 0; i < vol; ++i) out[ch * vol + i] = scratch_[size_t(i * channels_ + ch)];
-  apply_transform(transform_, out, vol * channels_);
+}
+
+void Hdf5Universes::load_naive(const Sample& smp, const Box& box, float* out, float* target) {
+  // The root learns every rank's box, reads the whole sample and packs each
+  // rank's block for one MPI_Scatterv.
+  const int p = io_.size(), me = io_.rank();
+  int64_t mine[6];
+  for (int d = 0; d < 3; ++d) mine[2 * d] = box.r[size_t(d)].lo, mine[2 * d + 1] = box.r[size_t(d)].hi;
+  std::vector<int64_t> boxes(size_t(6 * p));
+  H3D_MPI(MPI_Gather(mine, 6, MPI_INT64_T, boxes.data(), 6, MPI_INT64_T, 0, io_.raw()));
+  std::vector<int> counts(static_cast<size_t>(p)), displs(static_cast<size_t>(p));
+  if (me == 0) {
+    const Box all{{Range{0, extent_[0]}, Range{0, extent_[1]}, Range{0, extent_[2]}}};
+    Tensor whole;
+    whole.reshape_uninit({1, channels_, extent_[0], extent_[1], extent_[2]});
+    read_block(smp, all, whole.data(), target, false);
+    int64_t total = 0;
+    for (int r = 0; r < p; ++r) {
+      Box b;
+      for (int d = 0; d < 3; ++d) b.r[size_t(d)] = Range{boxes[size_t(6 * r + 2 * d)], boxes[size_t(6 * r + 2 * d + 1)]};
+      const int64_t n = b.volume() * channels_;
+      H3D_CHECK(total + n < (int64_t(1) << 31), "naive read: the blocks of one sample exceed 2^31 values (use --read-mode independent)");
+      counts[size_t(r)] = int(n);
+      displs[size_t(r)] = int(total);
+      total += n;
+    }
+    send_.resize(size_t(total));
+    for (int r = 0; r < p; ++r) {
+      Box b;
+      for (int d = 0; d < 3; ++d) b.r[size_t(d)] = Range{boxes[size_t(6 * r + 2 * d)], boxes[size_t(6 * r + 2 * d + 1)]};
+      pack_box(whole, all, b, send_.data() + displs[size_t(r)]);
+    }
+  }
+  H3D_MPI(MPI_Scatterv(send_.data(), counts.data(), displs.data(), MPI_FLOAT, out, int(box.volume() * channels_),
+                       MPI_FLOAT, 0, io_.raw()));
+  H3D_MPI(MPI_Bcast(target, kTargets, MPI_FLOAT, 0, io_.raw()));
+}
+
+void Hdf5Universes::load(int64_t index, const Box& box, float* out, float* target) {
+  const Sample smp = samples_.at(size_t(index));
+  switch (mode_) {
+    case ReadMode::kIndependent:
+    case ReadMode::kCollective:
+      read_block(smp, box, out, target, mode_ == ReadMode::kCollective);
+      break;
+    case ReadMode::kNaive:
+      load_naive(smp, box, out, target);
+      break;
+  }
+  apply_transform(transform_, out, box.volume() * channels_);
+}
+
+int64_t Hdf5Universes::group_max(int64_t v) const {
+  if (mode_ == ReadMode::kIndependent || io_.size() == 1) return v;
+  return int64_t(io_.allreduce_max(double(v)));
+}
+
+ReadMode parse_read_mode(const std::string& s) {
+  if (s == "independent") return ReadMode::kIndependent;
+  if (s == "collective") return ReadMode::kCollective;
+  if (s == "naive") return ReadMode::kNaive;
+  H3D_THROW(UsageError, "--read-mode '" << s << "' is unknown; use independent, collective or naive");
+}
+
+const char* read_mode_name(ReadMode m) {
+  switch (m) {
+    case ReadMode::kCollective: return "collective";
+    case ReadMode::kNaive: return "naive";
+    default: return "independent";
+  }
 }
 
 std::string Hdf5Universes::describe() const {
   std::ostringstream os;
   os << samples_.size() << " samples of " << extent_[0] << "x" << extent_[1] << "x" << extent_[2] << " x "
      << channels_ << " in " << files_.size() << " HDF5 file(s), " << bytes_ / (1 << 20) << " MiB, from '" << pattern_
-     << "'";
+     << "', " << read_mode_name(mode_) << " reads";
   return os.str();
 }
 

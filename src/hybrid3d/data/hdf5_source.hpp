@@ -16,6 +16,20 @@
 // shape and how many bytes. Each rank then reads only its own block of a
 // sample with an HDF5 hyperslab, moves channels first, applies the
 // transform.
+//
+// Read modes (--read-mode), all giving the same values:
+//   independent  each rank opens the file itself and reads its hyperslab
+//                (HDF5's POSIX driver): no communication at all;
+//   collective   the group opens the file with MPI-IO and reads in one
+//                collective transfer (ROMIO/OMPIO may aggregate the ranks'
+//                pieces into large contiguous reads);
+//   naive        the group's first rank reads the whole sample and sends
+//                each rank its block (for comparison: the reader that
+//                cannot scale, as it holds a whole sample and serialises
+//                the reads).
+// The last two are collective over the group: every rank of it must load
+// the same samples in the same order (the Trainer does). They talk on a
+// communicator of their own, so a background load may overlap the step.
 #pragma once
 #include <string>
 #include <vector>
@@ -25,14 +39,25 @@
 
 namespace h3d {
 
+enum class ReadMode { kIndependent, kCollective, kNaive };
+ReadMode parse_read_mode(const std::string& s);
+const char* read_mode_name(ReadMode m);
+
 class Hdf5Universes : public SampleSource {
  public:
-  Hdf5Universes(const Comm& comm, const std::string& path_or_glob, InputTransform t);
+  Hdf5Universes(const Comm& comm, const std::string& path_or_glob, InputTransform t,
+                ReadMode mode = ReadMode::kIndependent);
   int64_t size() const override { return int64_t(samples_.size()); }
   std::array<int64_t, 3> extent() const override { return extent_; }
   int64_t channels() const override { return channels_; }
   void load(int64_t index, const Box& box, float* out, float* target) override;
   std::string describe() const override;
+  int64_t group_max(int64_t v) const override;
+  const std::vector<std::string>& files() const { return files_; }
+  // Which file holds sample `index`, and its place in the file's leading
+  // dimension (0 for one sample per file).
+  const std::string& file_of(int64_t index) const { return files_[size_t(samples_.at(size_t(index)).file)]; }
+  int64_t within(int64_t index) const { return samples_.at(size_t(index)).within; }
 
   static std::vector<std::string> expand(const std::string& path_or_glob);
 
@@ -40,7 +65,7 @@ class Hdf5Universes : public SampleSource {
   struct FileInfo {
     std::string error;  // empty: good
     int64_t samples = 0;
-    bool batched = false, channels_last = true;
+    bool batched = false, channels_last = true, integer = false;  // integer: `full`'s stored type
     std::array<int64_t, 3> extent{};
     int64_t channels = 0;
     int64_t bytes = 0;  // stored size of `full`
@@ -59,7 +84,14 @@ class Hdf5Universes : public SampleSource {
   std::array<int64_t, 3> extent_{};
   int64_t channels_ = 0, bytes_ = 0;
   InputTransform transform_;
-  std::vector<float> scratch_;
+  ReadMode mode_;
+  Comm io_;  // the group's own communicator for collective and naive reads
+  std::vector<float> scratch_, send_;
+
+  // Reads `box` of sample `smp` (channels first, untransformed) and its
+  // targets: by this rank alone, or collectively over io_ with MPI-IO.
+  void read_block(const Sample& smp, const Box& box, float* out, float* target, bool collective);
+  void load_naive(const Sample& smp, const Box& box, float* out, float* target);
 };
 
 }  // namespace h3d

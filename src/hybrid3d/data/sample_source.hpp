@@ -25,6 +25,11 @@ class SampleSource {
   // out: [channels, box] (channels first), target: [kTargets] (unitPar).
   virtual void load(int64_t index, const Box& box, float* out, float* target) = 0;
   virtual std::string describe() const = 0;
+  // For sources whose load() is collective over a group of ranks (which then
+  // all make the same calls): the maximum of v over the group, so that a
+  // cache above makes the same decision on every rank of it. Collective
+  // there; v itself elsewhere.
+  virtual int64_t group_max(int64_t v) const { return v; }
 };
 
 // Applies the input transform in place.

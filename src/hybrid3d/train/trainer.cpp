@@ -29,7 +29,7 @@ std::unique_ptr<SampleSource> open_source(const std::string& spec, const TrainOp
   InputTransform t = parse_transform(o.transform);
   if (spec == "synthetic")
     return std::make_unique<SyntheticUniverses>(group, o.model.input_size, count, o.model.seed, offset, t);
-  std::unique_ptr<SampleSource> files = std::make_unique<Hdf5Universes>(group, spec, t);
+  std::unique_ptr<SampleSource> files = std::make_unique<Hdf5Universes>(group, spec, t, parse_read_mode(o.read_mode));
   if (o.data_store_mib == 0) return files;
   const int64_t limit = o.data_store_mib > 0 ? int64_t(o.data_store_mib * (1 << 20))
                                              : default_store_bytes(ranks_on_this_node(group));

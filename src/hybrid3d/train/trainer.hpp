@@ -45,6 +45,8 @@ struct TrainOptions {
   double data_store_mib = -1;
   // Load the next mini-batch on a background thread (file sources only).
   bool prefetch = true;
+  // How each rank gets its block of a file sample (see Hdf5Universes).
+  std::string read_mode = "independent";
   Overlap overlap = Overlap::kAuto;
 };
 
