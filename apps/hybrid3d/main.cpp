@@ -111,6 +111,12 @@ int main(int argc, char** argv) {
     train->add_option("--val-data", o.val_data, "validation data: synthetic, or a directory / glob");
     train->add_option("--train-samples", o.train_samples, "synthetic training set size")->capture_default_str();
     train->add_option("--val-samples", o.val_samples, "synthetic validation set size (0: none)")->capture_default_str();
+    train->add_option("--test-data", o.test_data, "test data, evaluated once at the end: synthetic, or a directory / glob");
+    train->add_option("--val-fraction", o.val_fraction, "hold out this share of --data for validation (fixed by --seed)");
+    train->add_option("--test-fraction", o.test_fraction, "hold out this share of --data as the test set");
+    train->add_option("--last-batch", o.last_batch,
+                      "a partial last training mini-batch: drop, or pad with the epoch's first samples")
+        ->capture_default_str();
     train->add_option("--val-every", o.val_every, "validate every N steps (default: each epoch)");
     train->add_option("--transform", o.transform, "input transform: log1p | none")->capture_default_str();
     train->add_option("--init", o.init, "initial weights (safetensors, PyTorch state_dict names)");

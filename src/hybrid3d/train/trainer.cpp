@@ -24,16 +24,18 @@ namespace {
 
 constexpr int64_t kValIndexOffset = int64_t(1) << 40;  // synthetic validation ids never meet training ids
 
-std::unique_ptr<SampleSource> open_source(const std::string& spec, const TrainOptions& o, const Comm& group,
-                                          int64_t count, int64_t offset) {
+std::shared_ptr<SampleSource> open_source(const std::string& spec, const TrainOptions& o, const Comm& group,
+                                          int64_t count, int64_t offset, const DataStore** store = nullptr) {
   InputTransform t = parse_transform(o.transform);
   if (spec == "synthetic")
-    return std::make_unique<SyntheticUniverses>(group, o.model.input_size, count, o.model.seed, offset, t);
+    return std::make_shared<SyntheticUniverses>(group, o.model.input_size, count, o.model.seed, offset, t);
   std::unique_ptr<SampleSource> files = std::make_unique<Hdf5Universes>(group, spec, t, parse_read_mode(o.read_mode));
   if (o.data_store_mib == 0) return files;
   const int64_t limit = o.data_store_mib > 0 ? int64_t(o.data_store_mib * (1 << 20))
                                              : default_store_bytes(ranks_on_this_node(group));
-  return std::make_unique<DataStore>(std::move(files), limit);
+  auto kept = std::make_shared<DataStore>(std::move(files), limit);
+  if (store) *store = kept.get();
+  return kept;
 }
 
 void require_writable_dir(const char* flag, const std::string& path) {
@@ -68,12 +70,7 @@ Trainer::Trainer(const Comm& world, TrainOptions o) : o_(std::move(o)) {
   backend_ = make_backend(o_.backend);
   opt_ = make_optimizer(o_.optimizer);
 
-  train_src_ = open_source(o_.data, o_, grid_->group(), o_.train_samples, 0);
-  if (!o_.val_data.empty()) {
-    val_src_ = open_source(o_.val_data, o_, grid_->group(), o_.val_samples, o_.val_data == "synthetic" ? kValIndexOffset : 0);
-  } else if (o_.data == "synthetic" && o_.val_samples > 0) {
-    val_src_ = open_source("synthetic", o_, grid_->group(), o_.val_samples, kValIndexOffset);
-  }
+  open_data(grid_->group());
   // The synthetic source generates with collectives on the group's
   // communicator: it cannot run beside the step's own messages.
   if (o_.prefetch && o_.data != "synthetic")
@@ -86,12 +83,13 @@ Trainer::Trainer(const Comm& world, TrainOptions o) : o_(std::move(o)) {
                                << "; use --input-size " << ext[0] << " (cubic samples)");
   H3D_USAGE_CHECK(train_src_->channels() == o_.model.in_channels,
                   "the data has " << train_src_->channels() << " channels, the model expects " << o_.model.in_channels);
-  if (val_src_)
-    H3D_USAGE_CHECK(val_src_->extent() == ext && val_src_->channels() == train_src_->channels(),
-                    "--val-data (" << val_src_->describe() << ") does not match the training data (" << train_src_->describe() << ")");
-  H3D_USAGE_CHECK(train_src_->size() >= o_.batch_size, "the training set has " << train_src_->size()
-                                                                                << " samples, fewer than --batch-size "
-                                                                                << o_.batch_size);
+  for (const auto* src : {val_src_.get(), test_src_.get()})
+    if (src)
+      H3D_USAGE_CHECK(src->extent() == ext && src->channels() == train_src_->channels(),
+                      "the evaluation data (" << src->describe() << ") does not match the training data ("
+                                              << train_src_->describe() << ")");
+  sampler_ = std::make_unique<TrainSampler>(train_src_->size(), o_.batch_size, o_.model.seed,
+                                            parse_last_batch(o_.last_batch));
 
   net_ = build_model(o_.model);
   ActShape in;
@@ -105,7 +103,7 @@ Trainer::Trainer(const Comm& world, TrainOptions o) : o_(std::move(o)) {
   block_ = in.dist.box(grid_->spatial_rank());
   if (!o_.init.empty()) load_init(o_.init);
 
-  steps_per_epoch_ = train_src_->size() / o_.batch_size;
+  steps_per_epoch_ = sampler_->steps_per_epoch();
   H3D_USAGE_CHECK(!(o_.steps > 0 && o_.epochs > 0), "give --steps or --epochs, not both");
   total_steps_ = o_.steps > 0 ? o_.steps : std::max<int64_t>(1, o_.epochs) * steps_per_epoch_;
   o_.schedule.total_steps = total_steps_;
@@ -136,17 +134,34 @@ void Trainer::load_init(const std::string& path) {
   }
 }
 
-std::vector<int64_t> Trainer::global_batch(int64_t step) const {
-  // A global shuffle per epoch from (seed, epoch): Fisher-Yates on a
-  // counter-based stream, identical on every rank and every layout.
-  int64_t n = train_src_->size(), epoch = step / steps_per_epoch_, pos = step % steps_per_epoch_;
-  std::vector<int64_t> perm(static_cast<size_t>(n));
-  std::iota(perm.begin(), perm.end(), 0);
-  for (int64_t i = n - 1; i > 0; --i) {
-    int64_t j = int64_t(hash_key(o_.model.seed, 0x5A3F1E ^ uint64_t(epoch), uint64_t(i)) % uint64_t(i + 1));
-    std::swap(perm[size_t(i)], perm[size_t(j)]);
+std::vector<int64_t> Trainer::global_batch(int64_t step) const { return sampler_->batch(step); }
+
+void Trainer::open_data(const Comm& group) {
+  const bool split = o_.val_fraction > 0 || o_.test_fraction > 0;
+  H3D_USAGE_CHECK(!(o_.val_fraction > 0 && !o_.val_data.empty()), "give --val-data or --val-fraction, not both");
+  H3D_USAGE_CHECK(!(o_.test_fraction > 0 && !o_.test_data.empty()), "give --test-data or --test-fraction, not both");
+  std::shared_ptr<SampleSource> all = open_source(o_.data, o_, group, o_.train_samples, 0, &store_);
+  if (split) {
+    const Split parts = split_by_fraction(all->size(), o_.val_fraction, o_.test_fraction, o_.model.seed);
+    auto held_out = [](const std::vector<int64_t>& ids, const char* flag) {
+      return std::to_string(ids.size()) + " samples held out by " + flag;
+    };
+    train_src_ = std::make_shared<SubsetSource>(
+        all, parts.train, std::to_string(parts.train.size()) + " training samples of " + all->describe());
+    if (!parts.val.empty())
+      val_src_ = std::make_shared<SubsetSource>(all, parts.val, held_out(parts.val, "--val-fraction"));
+    if (!parts.test.empty())
+      test_src_ = std::make_shared<SubsetSource>(all, parts.test, held_out(parts.test, "--test-fraction"));
+  } else {
+    train_src_ = all;
   }
-  return std::vector<int64_t>(perm.begin() + pos * o_.batch_size, perm.begin() + (pos + 1) * o_.batch_size);
+  // Synthetic evaluation sets draw from id ranges of their own, so they never meet the training ids.
+  if (!o_.val_data.empty())
+    val_src_ = open_source(o_.val_data, o_, group, o_.val_samples, o_.val_data == "synthetic" ? kValIndexOffset : 0);
+  else if (!split && o_.data == "synthetic" && o_.val_samples > 0)
+    val_src_ = open_source("synthetic", o_, group, o_.val_samples, kValIndexOffset);
+  if (!o_.test_data.empty())
+    test_src_ = open_source(o_.test_data, o_, group, o_.val_samples, o_.test_data == "synthetic" ? 2 * kValIndexOffset : 0);
 }
 
 void Trainer::local_range(int64_t& lo, int64_t& hi) const {
@@ -215,28 +230,31 @@ double Trainer::train_step(int64_t step) {
   return loss;
 }
 
-ValidationResult Trainer::validate() {
+ValidationResult Trainer::evaluate(SampleSource* src) {
   ValidationResult r;
-  if (!val_src_) return r;
+  if (!src) return r;
   if (prefetch_) prefetch_->wait();  // HDF5 is not thread-safe
-  int64_t batches = val_src_->size() / o_.batch_size, lo, hi;
+  const int64_t n = src->size(), batches = eval_batches(n, o_.batch_size);
+  int64_t lo, hi;
   local_range(lo, hi);
   std::vector<double> acc(9, 0.0);  // sse[4], sae[4], count
   Tensor x;
-  std::vector<float> t;
+  std::vector<float> t, weights;
+  std::vector<int64_t> ids;
   for (int64_t b = 0; b < batches; ++b) {
-    std::vector<int64_t> mine;
-    for (int64_t p = lo; p < hi; ++p) mine.push_back(b * o_.batch_size + p);
-    load_batch(*val_src_, mine, x, t);
+    eval_batch(n, o_.batch_size, b, ids, weights);
+    const std::vector<int64_t> mine(ids.begin() + lo, ids.begin() + hi);
+    load_batch(*src, mine, x, t);
     StepContext ctx{backend_.get(), grid_.get(), false, o_.model.seed, 0, {}};
     for (int64_t p = lo; p < hi; ++p) ctx.batch_positions.push_back(p);
     const Tensor& y = net_.forward(ctx, std::move(x));
     for (int64_t i = 0; i < y.numel(); ++i) {
-      double d = double(y[i]) - t[size_t(i)];
-      acc[size_t(i % 4)] += d * d;
-      acc[size_t(4 + i % 4)] += std::abs(d);
+      const double w = weights[size_t(lo + i / SampleSource::kTargets)];
+      const double d = double(y[i]) - t[size_t(i)];
+      acc[size_t(i % 4)] += w * d * d;
+      acc[size_t(4 + i % 4)] += w * std::abs(d);
     }
-    acc[8] += double(hi - lo);
+    for (int64_t p = lo; p < hi; ++p) acc[8] += weights[size_t(p)];
   }
   grid_->replicas().allreduce_sum(acc.data(), int64_t(acc.size()));
   r.samples = int64_t(acc[8]);
@@ -274,20 +292,22 @@ void Trainer::run() {
   say("hybrid3d: " + grid_->describe() + ", backend " + backend_->name() + ", " +
       std::to_string(omp_get_max_threads()) + " thread(s) per rank");
   say("model " + o_.model.model + ": " + net_.summary());
-  say("data: " + train_src_->describe() + (val_src_ ? "; validation: " + val_src_->describe() : ""));
+  say("data: " + train_src_->describe() + (val_src_ ? "; validation: " + val_src_->describe() : "") +
+      (test_src_ ? "; test: " + test_src_->describe() : ""));
   auto t0 = std::chrono::steady_clock::now();
   int64_t val_every = o_.val_every > 0 ? o_.val_every : steps_per_epoch_;
-  auto run_validation = [&](int64_t step) {
-    if (!val_src_) return;
-    ValidationResult v = validate();
+  auto run_evaluation = [&](SampleSource* src, const char* what, const char* type, int64_t step) {
+    if (!src) return;
+    ValidationResult v = evaluate(src);
     char buf[256];
-    std::snprintf(buf, sizeof buf, "validation at step %lld: mse %.4f (per parameter %.4f %.4f %.4f %.4f), %lld samples",
-                  (long long)step, v.mse, v.mse_per_param[0], v.mse_per_param[1], v.mse_per_param[2],
+    std::snprintf(buf, sizeof buf, "%s at step %lld: mse %.4f (per parameter %.4f %.4f %.4f %.4f), %lld samples",
+                  what, (long long)step, v.mse, v.mse_per_param[0], v.mse_per_param[1], v.mse_per_param[2],
                   v.mse_per_param[3], (long long)v.samples);
     say(buf);
-    metrics_.write({{"type", "val"}, {"step", step}, {"mse", v.mse}, {"mse_per_param", v.mse_per_param},
+    metrics_.write({{"type", type}, {"step", step}, {"mse", v.mse}, {"mse_per_param", v.mse_per_param},
                     {"mae_per_param", v.mae_per_param}, {"samples", v.samples}});
   };
+  auto run_validation = [&](int64_t step) { run_evaluation(val_src_.get(), "validation", "val", step); };
   double window_t = 0;
   int64_t window_n = 0;
   Profiler& profiler = Profiler::instance();
@@ -339,7 +359,8 @@ void Trainer::run() {
     report_profile(*grid_, names, profiled_steps, o_.profile, root);
   }
   run_validation(total_steps_);
-  if (auto* store = dynamic_cast<const DataStore*>(train_src_.get())) {
+  run_evaluation(test_src_.get(), "test", "test", total_steps_);
+  if (const DataStore* store = store_) {
     char buf[160];
     std::snprintf(buf, sizeof buf, "data store (rank 0): %lld blocks from memory, %lld read from files, %.1f MiB kept",
                   (long long)store->hits(), (long long)store->misses(), double(store->bytes()) / (1 << 20));

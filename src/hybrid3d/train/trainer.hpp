@@ -15,12 +15,15 @@
 #include "hybrid3d/data/sample_source.hpp"
 #include "hybrid3d/models/cosmoflow.hpp"
 #include "hybrid3d/data/prefetcher.hpp"
+#include "hybrid3d/data/sampler.hpp"
 #include "hybrid3d/train/grad_reducer.hpp"
 #include "hybrid3d/train/lr_schedule.hpp"
 #include "hybrid3d/train/metrics.hpp"
 #include "hybrid3d/train/optimizer.hpp"
 
 namespace h3d {
+
+class DataStore;
 
 struct TrainOptions {
   ModelOptions model;
@@ -29,8 +32,11 @@ struct TrainOptions {
   int64_t steps = 0, epochs = 0;
   OptimizerOptions optimizer;
   LrSchedule schedule;
-  std::string data = "synthetic", val_data;
+  std::string data = "synthetic", val_data, test_data;
   int64_t train_samples = 64, val_samples = 16;  // synthetic only
+  // Shares of --data held out for validation and test (see data/sampler.hpp).
+  double val_fraction = 0, test_fraction = 0;
+  std::string last_batch = "drop";  // a partial last training mini-batch: drop | pad
   std::string transform = "log1p";
   std::string init, save, metrics;
   std::string profile;  // --profile: JSON path (empty: off)
@@ -65,7 +71,9 @@ class Trainer {
 
   void run();                         // the whole job: steps, validation, --save
   double train_step(int64_t step);    // one step; returns the global loss
-  ValidationResult validate();
+  ValidationResult validate() { return evaluate(val_src_.get()); }
+  // Every sample of `src` once (null: nothing).
+  ValidationResult evaluate(SampleSource* src);
 
   Network& network() { return net_; }
   const ProcessGrid& grid() const { return *grid_; }
@@ -84,12 +92,15 @@ class Trainer {
   // The ids this rank's data group loads at `step`.
   std::vector<int64_t> local_batch(int64_t step) const;
   void load_init(const std::string& path);
+  void open_data(const Comm& group);
 
   TrainOptions o_;
   std::unique_ptr<ProcessGrid> grid_;
   std::unique_ptr<Backend> backend_;
   Network net_;
-  std::unique_ptr<SampleSource> train_src_, val_src_;
+  std::shared_ptr<SampleSource> train_src_, val_src_, test_src_;
+  const DataStore* store_ = nullptr;  // the training data's, if any
+  std::unique_ptr<TrainSampler> sampler_;
   std::unique_ptr<Optimizer> opt_;
   GradientReducer reducer_;
   MetricsLog metrics_;
