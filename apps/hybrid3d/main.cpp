@@ -117,6 +117,9 @@ int main(int argc, char** argv) {
     train->add_option("--last-batch", o.last_batch,
                       "a partial last training mini-batch: drop, or pad with the epoch's first samples")
         ->capture_default_str();
+    train->add_option("--stage-dir", o.stage_dir,
+                      "first copy the file datasets to DIR/train, DIR/val, DIR/test on every node (node-local "
+                      "disk), then read the copies; copies already there are kept, other files there removed");
     train->add_option("--val-every", o.val_every, "validate every N steps (default: each epoch)");
     train->add_option("--transform", o.transform, "input transform: log1p | none")->capture_default_str();
     train->add_option("--init", o.init, "initial weights (safetensors, PyTorch state_dict names)");

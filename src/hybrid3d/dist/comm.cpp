@@ -35,14 +35,7 @@ bool mpi_thread_multiple() {
   return level == MPI_THREAD_MULTIPLE;
 }
 
-int ranks_on_this_node(const Comm& world) {
-  MPI_Comm node;
-  H3D_MPI(MPI_Comm_split_type(world.raw(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &node));
-  int n = 1;
-  MPI_Comm_size(node, &n);
-  MPI_Comm_free(&node);
-  return n;
-}
+int ranks_on_this_node(const Comm& world) { return world.node().size(); }
 
 int cores_on_this_node() { return int(std::max(1u, std::thread::hardware_concurrency())); }
 
@@ -75,6 +68,12 @@ Comm& Comm::operator=(Comm&& o) noexcept {
 Comm Comm::split(int color, int key) const {
   MPI_Comm out;
   H3D_MPI(MPI_Comm_split(comm_, color, key, &out));
+  return Comm(out, true);
+}
+
+Comm Comm::node() const {
+  MPI_Comm out;
+  H3D_MPI(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &out));
   return Comm(out, true);
 }
 

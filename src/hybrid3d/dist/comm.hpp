@@ -38,6 +38,8 @@ class Comm {
   // The same group in a communicator of its own (collectives on it never
   // interleave with those on this one).
   Comm dup() const;
+  // The ranks of this communicator that share this node's memory (collective).
+  Comm node() const;
 
   MPI_Comm raw() const { return comm_; }
   int rank() const { return rank_; }

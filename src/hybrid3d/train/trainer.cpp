@@ -14,6 +14,7 @@
 #include "hybrid3d/data/data_store.hpp"
 #include "hybrid3d/core/rng.hpp"
 #include "hybrid3d/data/hdf5_source.hpp"
+#include "hybrid3d/data/stage.hpp"
 #include "hybrid3d/data/synthetic_universe.hpp"
 #include "hybrid3d/train/profile_report.hpp"
 #include "hybrid3d/train/safetensors.hpp"
@@ -70,7 +71,7 @@ Trainer::Trainer(const Comm& world, TrainOptions o) : o_(std::move(o)) {
   backend_ = make_backend(o_.backend);
   opt_ = make_optimizer(o_.optimizer);
 
-  open_data(grid_->group());
+  open_data(world, grid_->group());
   // The synthetic source generates with collectives on the group's
   // communicator: it cannot run beside the step's own messages.
   if (o_.prefetch && o_.data != "synthetic")
@@ -136,8 +137,17 @@ void Trainer::load_init(const std::string& path) {
 
 std::vector<int64_t> Trainer::global_batch(int64_t step) const { return sampler_->batch(step); }
 
-void Trainer::open_data(const Comm& group) {
+void Trainer::open_data(const Comm& world, const Comm& group) {
   const bool split = o_.val_fraction > 0 || o_.test_fraction > 0;
+  if (!o_.stage_dir.empty()) {
+    const bool quiet = o_.quiet;
+    auto stage = [&](std::string& spec, const char* name) {
+      if (!spec.empty() && spec != "synthetic") spec = stage_dataset(world, spec, o_.stage_dir, name, quiet);
+    };
+    stage(o_.data, "train");
+    stage(o_.val_data, "val");
+    stage(o_.test_data, "test");
+  }
   H3D_USAGE_CHECK(!(o_.val_fraction > 0 && !o_.val_data.empty()), "give --val-data or --val-fraction, not both");
   H3D_USAGE_CHECK(!(o_.test_fraction > 0 && !o_.test_data.empty()), "give --test-data or --test-fraction, not both");
   std::shared_ptr<SampleSource> all = open_source(o_.data, o_, group, o_.train_samples, 0, &store_);

@@ -36,7 +36,9 @@ struct TrainOptions {
   int64_t train_samples = 64, val_samples = 16;  // synthetic only
   // Shares of --data held out for validation and test (see data/sampler.hpp).
   double val_fraction = 0, test_fraction = 0;
-  std::string last_batch = "drop";  // a partial last training mini-batch: drop | pad
+  std::string last_batch = "drop";
+  // Copy the file datasets here first (per node) and read the copies.
+  std::string stage_dir;  // a partial last training mini-batch: drop | pad
   std::string transform = "log1p";
   std::string init, save, metrics;
   std::string profile;  // --profile: JSON path (empty: off)
@@ -92,7 +94,7 @@ class Trainer {
   // The ids this rank's data group loads at `step`.
   std::vector<int64_t> local_batch(int64_t step) const;
   void load_init(const std::string& path);
-  void open_data(const Comm& group);
+  void open_data(const Comm& world, const Comm& group);
 
   TrainOptions o_;
   std::unique_ptr<ProcessGrid> grid_;
