@@ -54,6 +54,7 @@ class Hdf5Universes : public SampleSource {
   std::string describe() const override;
   int64_t group_max(int64_t v) const override;
   const std::vector<std::string>& files() const { return files_; }
+  int64_t bytes() const { return bytes_; }  // stored size of all `full` datasets
   // Which file holds sample `index`, and its place in the file's leading
   // dimension (0 for one sample per file).
   const std::string& file_of(int64_t index) const { return files_[size_t(samples_.at(size_t(index)).file)]; }

@@ -15,6 +15,7 @@
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/data/hdf5_source.hpp"
 #include "hybrid3d/data/hdf5_util.hpp"
+#include "hybrid3d/dist/output_dir.hpp"
 
 namespace h3d {
 
@@ -197,11 +198,9 @@ Plan make_plan(const Hdf5Universes& src, const PreprocessOptions& o) {
 
 void preprocess_universes(const Comm& world, const PreprocessOptions& o) {
   H3D_USAGE_CHECK(!o.in.empty() && !o.out.empty(), "preprocess needs --in and --out");
-  if (world.rank() == 0 && ::mkdir(o.out.c_str(), 0777) != 0 && errno != EEXIST)
-    H3D_THROW(UsageError, "cannot create --out '" << o.out << "': " << std::strerror(errno));
-  world.barrier();
+  create_output_dir(world, o.out, "--out");
   struct stat st{}, in_st{};
-  H3D_USAGE_CHECK(::stat(o.out.c_str(), &st) == 0 && S_ISDIR(st.st_mode), "--out '" << o.out << "' is not a directory");
+  ::stat(o.out.c_str(), &st);
   H3D_USAGE_CHECK(!(::stat(o.in.c_str(), &in_st) == 0 && in_st.st_dev == st.st_dev && in_st.st_ino == st.st_ino),
                   "--out '" << o.out << "' is the --in directory; give another one");
   // The scan (collective) names every bad input file before anything is written.

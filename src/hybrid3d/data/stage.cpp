@@ -15,6 +15,7 @@
 
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/data/hdf5_source.hpp"
+#include "hybrid3d/dist/output_dir.hpp"
 
 namespace h3d {
 
@@ -23,11 +24,6 @@ namespace {
 std::string base_name(const std::string& p) {
   const auto s = p.find_last_of('/');
   return s == std::string::npos ? p : p.substr(s + 1);
-}
-
-void make_dir(const std::string& d) {
-  if (::mkdir(d.c_str(), 0777) != 0 && errno != EEXIST)
-    throw std::runtime_error("cannot create '" + d + "': " + std::strerror(errno));
 }
 
 // The copy is current: same size, same modification time as the source.
@@ -105,12 +101,8 @@ std::string stage_dataset(const Comm& world, const std::string& spec, const std:
   std::string error;
   std::vector<struct stat> st(files.size());
   try {
-    if (node.rank() == 0) make_dir(dir), make_dir(target);
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  agree_on_failure(world, error, spec);
-  try {
+    // Nodes may fail apart from each other: every failure goes through agree_on_failure over the world.
+    create_output_dir(node, target, "the staging directory");
     struct stat t{};
     if (::stat(target.c_str(), &t) != 0 || access(target.c_str(), W_OK) != 0)
       throw std::runtime_error("'" + target + "' is not a writable directory");

@@ -10,6 +10,7 @@
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/data/hdf5_util.hpp"
 #include "hybrid3d/data/synthetic_universe.hpp"
+#include "hybrid3d/dist/output_dir.hpp"
 
 namespace h3d {
 
@@ -113,11 +114,7 @@ void generate_universes(const Comm& world, const GenerateOptions& o) {
                                                                   << " ranks; use a divisor of " << world.size());
   H3D_USAGE_CHECK(g <= o.size, "--ranks-per-universe " << g << " is more than the " << o.size
                                                         << " slabs of a " << o.size << "^3 universe");
-  if (world.rank() == 0 && ::mkdir(o.out.c_str(), 0777) != 0 && errno != EEXIST)
-    H3D_THROW(UsageError, "cannot create --out '" << o.out << "': " << std::strerror(errno));
-  world.barrier();
-  struct stat st{};
-  H3D_USAGE_CHECK(::stat(o.out.c_str(), &st) == 0 && S_ISDIR(st.st_mode), "--out '" << o.out << "' is not a directory");
+  create_output_dir(world, o.out, "--out");
 
   const int groups = world.size() / g, mine = world.rank() / g;
   Comm group = world.split(mine, world.rank());
