@@ -66,7 +66,7 @@ class Hdf5Universes : public SampleSource {
   struct FileInfo {
     std::string error;  // empty: good
     int64_t samples = 0;
-    bool batched = false, channels_last = true, integer = false;  // integer: `full`'s stored type
+    bool batched = false, channels_last = true, integer = false, int16 = false;  // `full`'s stored type
     std::array<int64_t, 3> extent{};
     int64_t channels = 0;
     int64_t bytes = 0;  // stored size of `full`
@@ -88,8 +88,9 @@ class Hdf5Universes : public SampleSource {
   ReadMode mode_;
   Comm io_;  // the group's own communicator for collective and naive reads
   std::vector<float> scratch_, send_;
+  std::vector<int16_t> counts_;  // int16 files are read as stored and converted here
 
-  // Reads `box` of sample `smp` (channels first, untransformed) and its
+  // Reads `box` of sample `smp` (channels first, transformed) and its
   // targets: by this rank alone, or collectively over io_ with MPI-IO.
   void read_block(const Sample& smp, const Box& box, float* out, float* target, bool collective);
   void load_naive(const Sample& smp, const Box& box, float* out, float* target);

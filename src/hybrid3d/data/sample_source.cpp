@@ -17,8 +17,10 @@ void apply_transform(InputTransform t, float* data, int64_t n) {
   for (int64_t i = 0; i < n; ++i) data[i] = std::log1p(std::max(data[i], 0.0f));
 }
 
-void transform_counts(InputTransform t, const int16_t* in, float* out, int64_t n) {
-  // Built once per transform: one value for each of the 65536 int16 counts.
+namespace {
+
+// One value for each of the 65536 int16 counts, per transform (built once).
+const float* count_table(InputTransform t) {
   static const std::vector<float> tables[2] = {
       [] {
         std::vector<float> v(65536);
@@ -31,9 +33,22 @@ void transform_counts(InputTransform t, const int16_t* in, float* out, int64_t n
         apply_transform(InputTransform::kLog1p, v.data(), int64_t(v.size()));
         return v;
       }()};
-  const float* table = tables[t == InputTransform::kLog1p ? 1 : 0].data();
+  return tables[t == InputTransform::kLog1p ? 1 : 0].data();
+}
+
+}  // namespace
+
+void transform_counts(InputTransform t, const int16_t* in, float* out, int64_t n) {
+  const float* table = count_table(t);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) out[i] = table[uint16_t(in[i])];
+}
+
+void transform_counts_to_channels_first(InputTransform t, const int16_t* in, int64_t channels, float* out, int64_t n) {
+  const float* table = count_table(t);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t c = 0; c < channels; ++c) out[c * n + i] = table[uint16_t(in[i * channels + c])];
 }
 
 }  // namespace h3d

@@ -37,5 +37,8 @@ void apply_transform(InputTransform t, float* data, int64_t n);
 // out[i] = transform(float(in[i])) for int16 counts, by table lookup:
 // bitwise the same as apply_transform, at the cost of a copy.
 void transform_counts(InputTransform t, const int16_t* in, float* out, int64_t n);
+// The same for `channels` interleaved channels (channels last, as CosmoFlow
+// files store them): out[c * n + i] = transform(float(in[i * channels + c])).
+void transform_counts_to_channels_first(InputTransform t, const int16_t* in, int64_t channels, float* out, int64_t n);
 
 }  // namespace h3d
