@@ -30,6 +30,7 @@ expect_error() {  # name, expected text, command...
 
 echo "not hdf5" > "$WORK/broken.h5"
 mkdir -p "$WORK/empty"
+$MPI -np 2 "$BIN" generate --out "$WORK/univ" --count 1 --size 16 --quiet
 printf '\x10\x00\x00\x00\x00\x00\x00\x00{"a":1}' > "$WORK/bad.safetensors"
 
 expect_error "unknown flag" "--bogus" $MPI -np 2 "$BIN" $BASE --bogus
@@ -45,6 +46,17 @@ expect_error "malformed data file" "broken.h5" $MPI -np 2 "$BIN" $BASE --data "$
 expect_error "malformed --init" "not a valid safetensors" $MPI -np 2 "$BIN" $BASE --init "$WORK/bad.safetensors"
 expect_error "missing --init" "cannot open safetensors" $MPI -np 2 "$BIN" $BASE --init "$WORK/nope.safetensors"
 expect_error "unwritable --save" "--save" $MPI -np 2 "$BIN" $BASE --save /nonexistent/dir/w.safetensors
+expect_error "unknown read mode" "independent, collective or naive" $MPI -np 2 "$BIN" $BASE --read-mode fast
+expect_error "unknown --last-batch" "drop or pad" $MPI -np 2 "$BIN" $BASE --last-batch keep
+expect_error "bad --val-fraction" "--val-fraction" $MPI -np 2 "$BIN" $BASE --val-fraction 1.5
+expect_error "split leaves no training data" "leave no training" $MPI -np 2 "$BIN" $BASE --val-fraction 0.5 --test-fraction 0.5
+expect_error "--val-data and --val-fraction" "not both" $MPI -np 2 "$BIN" $BASE --val-fraction 0.25 --val-data synthetic
+expect_error "unwritable --stage-dir" "staging" $MPI -np 2 "$BIN" $BASE --data "$WORK/broken.h5" --stage-dir /proc/nope
+expect_error "generate: unwritable --out" "cannot create" $MPI -np 2 "$BIN" generate --out /proc/nope/x --size 16
+expect_error "preprocess: missing input" "no HDF5 files" $MPI -np 2 "$BIN" preprocess --in "$WORK/empty" --out "$WORK/pp"
+expect_error "preprocess: size does not divide" "does not divide" $MPI -np 2 "$BIN" preprocess --in "$WORK/univ" --out "$WORK/pp" --sample-size 12
+expect_error "preprocess: unknown layout" "lbann" $MPI -np 2 "$BIN" preprocess --in "$WORK/univ" --out "$WORK/pp" --layout nchw
+expect_error "preprocess: gzip without chunks" "--chunk" $MPI -np 2 "$BIN" preprocess --in "$WORK/univ" --out "$WORK/pp" --gzip 3
 expect_error "non-finite loss" "the loss is" $MPI -np 2 "$BIN" $BASE --steps 20 --lr 1e12 --save "$WORK/never.safetensors"
 if ls "$WORK"/never.safetensors* >/dev/null 2>&1; then echo "FAIL a --save file was left behind"; fail=$((fail + 1)); fi
 

@@ -56,7 +56,7 @@ grep -q "staging train to .* 16/16 files (16 copied, 0 already there)" <<<"$firs
   { echo "FAIL staging: $(grep staging <<<"$first")"; exit 1; }
 grep -q "validation at step 6: .*, 4 samples" <<<"$first" || { echo "FAIL validation count: $first"; exit 1; }
 # A second job from the staged copy: nothing copied again, the same numbers.
-again=$($MPI -np 2 "$BIN" $TRAIN --data "$WORK/orig" --spatial 1x1x2 --read-mode naive --stage-dir "$WORK/stage")
+again=$($MPI -np 4 "$BIN" $TRAIN --data "$WORK/orig" --spatial 1x1x2 --read-mode naive --stage-dir "$WORK/stage")
 grep -q "16/16 files (0 copied, 16 already there)" <<<"$again" || { echo "FAIL restaging: $(grep staging <<<"$again")"; exit 1; }
 lbann=$($MPI -np 4 "$BIN" $TRAIN --data "$WORK/lbann" --spatial 1x2x1 | losses)
 for run in "$(losses <<<"$first")" "$(losses <<<"$again")" "$lbann"; do
@@ -66,7 +66,7 @@ a, b = [list(map(float, s.split())) for s in sys.argv[1:3]]
 assert len(a) == len(b) and all(abs(x - y) <= 2e-5 for x, y in zip(a, b)), (a, b)" "$ref" "$run" ||
     { echo "FAIL losses differ from the 1-rank run: '$run' vs '$ref'"; exit 1; }
 done
-echo "ok   1 rank, 2x2x1 collective + staging, 1x1x2 naive from the staged copy, LBANN files 1x2x1: same losses ($ref)"
+echo "ok   1 rank, 2x2x1 collective + staging, 2 groups x 1x1x2 naive from the staged copy, LBANN files 1x2x1: same losses ($ref)"
 
 # A bad file is named before the first step, staged or not.
 cp -r "$WORK/orig" "$WORK/bad" && rm "$WORK/bad/manifest.json"

@@ -74,7 +74,10 @@ Trainer::Trainer(const Comm& world, TrainOptions o) : o_(std::move(o)) {
   open_data(world, grid_->group());
   // The synthetic source generates with collectives on the group's
   // communicator: it cannot run beside the step's own messages.
-  if (o_.prefetch && o_.data != "synthetic")
+  // Collective and naive reads communicate: from a background thread only
+  // where MPI allows threads to.
+  const bool loads_communicate = parse_read_mode(o_.read_mode) != ReadMode::kIndependent;
+  if (o_.prefetch && o_.data != "synthetic" && (!loads_communicate || mpi_thread_multiple()))
     prefetch_ = std::make_unique<Prefetcher>([this](const std::vector<int64_t>& ids, Tensor& x, std::vector<float>& t) {
       load_batch(*train_src_, ids, x, t);
     });
