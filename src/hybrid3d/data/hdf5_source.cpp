@@ -118,12 +118,13 @@ std::vector<std::string> Hdf5Universes::expand(const std::string& p) {
   return out;
 }
 
-Hdf5Universes::Hdf5Universes(const Comm& comm, const std::string& p, InputTransform t, ReadMode mode)
+Hdf5Universes::Hdf5Universes(const Comm& comm, const std::string& p, InputTransform t, ReadMode mode,
+                             const char* flag)
     : pattern_(p), transform_(t), mode_(mode) {
   if (mode_ != ReadMode::kIndependent) io_ = comm.dup();
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // errors come back to us, not to stderr
   files_ = expand(p);
-  H3D_USAGE_CHECK(!files_.empty(), "--data '" << p << "': no HDF5 files found (give a directory of *.h5 files or a glob)");
+  H3D_USAGE_CHECK(!files_.empty(), flag << " '" << p << "': no HDF5 files found (give a directory of *.h5 files or a glob)");
   // The ranks share the files out; the results travel as fixed records
   // (error text kept to its first 400 bytes).
   constexpr size_t kText = 400;
@@ -186,9 +187,9 @@ Hdf5Universes::Hdf5Universes(const Comm& comm, const std::string& p, InputTransf
     bytes_ += fi.error.empty() ? fi.bytes : 0;
     info_.push_back(fi);
   }
-  H3D_USAGE_CHECK(nbad == 0, "--data '" << p << "': " << nbad << " of " << n << " files are unusable"
+  H3D_USAGE_CHECK(nbad == 0, flag << " '" << p << "': " << nbad << " of " << n << " files are unusable"
                                           << (nbad > 5 ? " (the first 5)" : "") << ":" << bad.str());
-  H3D_USAGE_CHECK(!samples_.empty(), "--data '" << p << "': the files hold no samples");
+  H3D_USAGE_CHECK(!samples_.empty(), flag << " '" << p << "': the files hold no samples");
 }
 
 void Hdf5Universes::read_block(const Sample& smp, const Box& box, float* out, float* target, bool collective) {

@@ -46,7 +46,7 @@ const char* read_mode_name(ReadMode m);
 class Hdf5Universes : public SampleSource {
  public:
   Hdf5Universes(const Comm& comm, const std::string& path_or_glob, InputTransform t,
-                ReadMode mode = ReadMode::kIndependent);
+                ReadMode mode = ReadMode::kIndependent, const char* flag = "--data");  // flag: for messages
   int64_t size() const override { return int64_t(samples_.size()); }
   std::array<int64_t, 3> extent() const override { return extent_; }
   int64_t channels() const override { return channels_; }

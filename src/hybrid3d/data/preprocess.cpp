@@ -205,8 +205,8 @@ void preprocess_universes(const Comm& world, const PreprocessOptions& o) {
                   "--out '" << o.out << "' is the --in directory; give another one");
   // The scan (collective) names every bad input file before anything is written.
   Comm self = Comm::borrow(MPI_COMM_SELF);
-  Hdf5Universes src(world, o.in, InputTransform::kNone);
-  Hdf5Universes reader(self, o.in, InputTransform::kNone);  // this rank's own, no communication
+  Hdf5Universes src(world, o.in, InputTransform::kNone, ReadMode::kIndependent, "--in");
+  Hdf5Universes reader(self, o.in, InputTransform::kNone, ReadMode::kIndependent, "--in");  // this rank's own, no communication
   const Plan plan = make_plan(src, o);
   const bool root = world.rank() == 0, say = root && !o.quiet;
   if (say)

@@ -26,11 +26,12 @@ namespace {
 constexpr int64_t kValIndexOffset = int64_t(1) << 40;  // synthetic validation ids never meet training ids
 
 std::shared_ptr<SampleSource> open_source(const std::string& spec, const TrainOptions& o, const Comm& group,
-                                          int64_t count, int64_t offset, const DataStore** store = nullptr) {
+                                          int64_t count, int64_t offset, const char* flag,
+                                          const DataStore** store = nullptr) {
   InputTransform t = parse_transform(o.transform);
   if (spec == "synthetic")
     return std::make_shared<SyntheticUniverses>(group, o.model.input_size, count, o.model.seed, offset, t);
-  std::unique_ptr<SampleSource> files = std::make_unique<Hdf5Universes>(group, spec, t, parse_read_mode(o.read_mode));
+  std::unique_ptr<SampleSource> files = std::make_unique<Hdf5Universes>(group, spec, t, parse_read_mode(o.read_mode), flag);
   if (o.data_store_mib == 0) return files;
   const int64_t limit = o.data_store_mib > 0 ? int64_t(o.data_store_mib * (1 << 20))
                                              : default_store_bytes(ranks_on_this_node(group));
@@ -153,7 +154,7 @@ void Trainer::open_data(const Comm& world, const Comm& group) {
   }
   H3D_USAGE_CHECK(!(o_.val_fraction > 0 && !o_.val_data.empty()), "give --val-data or --val-fraction, not both");
   H3D_USAGE_CHECK(!(o_.test_fraction > 0 && !o_.test_data.empty()), "give --test-data or --test-fraction, not both");
-  std::shared_ptr<SampleSource> all = open_source(o_.data, o_, group, o_.train_samples, 0, &store_);
+  std::shared_ptr<SampleSource> all = open_source(o_.data, o_, group, o_.train_samples, 0, "--data", &store_);
   if (split) {
     const Split parts = split_by_fraction(all->size(), o_.val_fraction, o_.test_fraction, o_.model.seed);
     auto held_out = [](const std::vector<int64_t>& ids, const char* flag) {
@@ -170,11 +171,13 @@ void Trainer::open_data(const Comm& world, const Comm& group) {
   }
   // Synthetic evaluation sets draw from id ranges of their own, so they never meet the training ids.
   if (!o_.val_data.empty())
-    val_src_ = open_source(o_.val_data, o_, group, o_.val_samples, o_.val_data == "synthetic" ? kValIndexOffset : 0);
+    val_src_ = open_source(o_.val_data, o_, group, o_.val_samples, o_.val_data == "synthetic" ? kValIndexOffset : 0,
+                           "--val-data");
   else if (!split && o_.data == "synthetic" && o_.val_samples > 0)
-    val_src_ = open_source("synthetic", o_, group, o_.val_samples, kValIndexOffset);
+    val_src_ = open_source("synthetic", o_, group, o_.val_samples, kValIndexOffset, "--val-data");
   if (!o_.test_data.empty())
-    test_src_ = open_source(o_.test_data, o_, group, o_.val_samples, o_.test_data == "synthetic" ? 2 * kValIndexOffset : 0);
+    test_src_ = open_source(o_.test_data, o_, group, o_.val_samples,
+                            o_.test_data == "synthetic" ? 2 * kValIndexOffset : 0, "--test-data");
 }
 
 void Trainer::local_range(int64_t& lo, int64_t& hi) const {
