@@ -11,6 +11,7 @@
 #include "hybrid3d/layers/activation.hpp"
 #include "hybrid3d/layers/batchnorm3d.hpp"
 #include "hybrid3d/layers/conv3d.hpp"
+#include "hybrid3d/layers/conv_transpose3d.hpp"
 #include "hybrid3d/layers/dropout.hpp"
 #include "hybrid3d/layers/linear.hpp"
 #include "hybrid3d/layers/pool3d.hpp"
@@ -117,6 +118,20 @@ TEST(LayerEquivalence, Conv3d) {
                        std::to_string(int(c.p)) + (c.bias ? " bias" : "");
     expect_equivalent(what, [c] {
       return std::make_unique<Conv3d>("conv", Conv3dOptions{kChannels, 4, c.k, c.s, c.p, c.bias}, 7);
+    });
+  }
+}
+
+TEST(LayerEquivalence, ConvTranspose3d) {
+  // U-Net's two upsamplings (no halo; a halo of one before each block), and
+  // kernel 4 with padding 1 (halos on both sides).
+  struct C { int k, s, p, op; bool bias; };
+  for (C c : {C{2, 2, 0, 0, true}, C{3, 2, 1, 1, false}, C{4, 2, 1, 0, true}, C{3, 1, 1, 0, true}}) {
+    std::string what = "conv-transpose k" + std::to_string(c.k) + " s" + std::to_string(c.s) + " p" +
+                       std::to_string(c.p) + " op" + std::to_string(c.op);
+    expect_equivalent(what, [c] {
+      return std::make_unique<ConvTranspose3d>("up", ConvTranspose3dOptions{kChannels, 4, c.k, c.s, c.p, c.op, c.bias},
+                                               7);
     });
   }
 }

@@ -9,11 +9,13 @@
 #include <functional>
 #include <memory>
 
+#include "hybrid3d/backend/cpu/cpu_backend.hpp"
 #include "hybrid3d/backend/ref/ref_backend.hpp"
 #include "hybrid3d/core/rng.hpp"
 #include "hybrid3d/layers/activation.hpp"
 #include "hybrid3d/layers/batchnorm3d.hpp"
 #include "hybrid3d/layers/conv3d.hpp"
+#include "hybrid3d/layers/conv_transpose3d.hpp"
 #include "hybrid3d/layers/dropout.hpp"
 #include "hybrid3d/layers/linear.hpp"
 #include "hybrid3d/layers/pool3d.hpp"
@@ -97,6 +99,69 @@ TEST(GradCheck, Conv3dAllKernels) {
               C{2, 2, Padding::kValid, false}}) {
     Conv3d conv("conv", {2, 3, c.k, c.s, c.p, c.bias}, 1);
     check_gradients(conv, spatial(2, {6, 5, 7}), input(2, 2, {6, 5, 7}));
+  }
+}
+
+// ConvTranspose3d straight from PyTorch's definition (scatter form, double):
+// y[n, o, i*s - p + t] += x[n, c, i] * w[c, o, t], then the bias.
+Tensor conv_transpose_direct(const Tensor& x, const Tensor& w, const Tensor* b, int s, int p, int op) {
+  const int64_t n = x.dim(0), cin = x.dim(1), cout = w.dim(1), k = w.dim(2);
+  std::array<int64_t, 3> in{x.dim(2), x.dim(3), x.dim(4)}, out{};
+  for (int d = 0; d < 3; ++d) out[size_t(d)] = (in[size_t(d)] - 1) * s - 2 * p + k + op;
+  std::vector<double> acc(size_t(n * cout * out[0] * out[1] * out[2]), 0.0);
+  for (int64_t a = 0; a < n; ++a)
+    for (int64_t c = 0; c < cin; ++c)
+      for (int64_t z = 0; z < in[0]; ++z)
+        for (int64_t y = 0; y < in[1]; ++y)
+          for (int64_t q = 0; q < in[2]; ++q) {
+            const double v = x[(((a * cin + c) * in[0] + z) * in[1] + y) * in[2] + q];
+            for (int64_t o = 0; o < cout; ++o)
+              for (int64_t t0 = 0; t0 < k; ++t0)
+                for (int64_t t1 = 0; t1 < k; ++t1)
+                  for (int64_t t2 = 0; t2 < k; ++t2) {
+                    const int64_t oz = z * s - p + t0, oy = y * s - p + t1, ox = q * s - p + t2;
+                    if (oz < 0 || oy < 0 || ox < 0 || oz >= out[0] || oy >= out[1] || ox >= out[2]) continue;
+                    acc[size_t((((a * cout + o) * out[0] + oz) * out[1] + oy) * out[2] + ox)] +=
+                        v * w[(((c * cout + o) * k + t0) * k + t1) * k + t2];
+                  }
+          }
+  Tensor yt({n, cout, out[0], out[1], out[2]});
+  const int64_t vol = out[0] * out[1] * out[2];
+  for (int64_t i = 0; i < yt.numel(); ++i) yt[i] = float(acc[size_t(i)] + (b ? double((*b)[(i / vol) % cout]) : 0.0));
+  return yt;
+}
+
+struct TransposeCase {
+  int k, s, p, op;
+  bool bias;
+};
+const TransposeCase kTransposeCases[] = {{2, 2, 0, 0, true}, {3, 2, 1, 1, false}, {3, 1, 1, 0, true},
+                                         {3, 2, 1, 0, true}, {4, 2, 1, 0, false}};
+
+TEST(ConvTranspose3d, EqualsTheDefinition) {
+  Harness h;
+  CpuBackend cpu;
+  for (Backend* backend : {static_cast<Backend*>(&h.ref), static_cast<Backend*>(&cpu)})
+  for (const auto& c : kTransposeCases) {
+    ConvTranspose3d up("up", {2, 3, c.k, c.s, c.p, c.op, c.bias}, 4);
+    const std::array<int64_t, 3> e{3, 4, 5};
+    up.setup(spatial(2, e), h.grid);
+    Tensor x = input(2, 2, e), y;
+    auto ctx = h.ctx();
+    ctx.backend = backend;
+    up.forward(ctx, x, y);
+    auto ps = up.params();
+    Tensor want = conv_transpose_direct(x, ps[0]->value, c.bias ? &ps[1]->value : nullptr, c.s, c.p, c.op);
+    ASSERT_EQ(y.shape(), want.shape()) << "k" << c.k << " s" << c.s;
+    EXPECT_LT(test::rel_diff(y, want), 1e-6)
+        << backend->name() << " k" << c.k << " s" << c.s << " p" << c.p << " op" << c.op;
+  }
+}
+
+TEST(GradCheck, ConvTranspose3d) {
+  for (const auto& c : kTransposeCases) {
+    ConvTranspose3d up("up", {2, 3, c.k, c.s, c.p, c.op, c.bias}, 1);
+    check_gradients(up, spatial(2, {3, 4, 5}), input(2, 2, {3, 4, 5}));
   }
 }
 
