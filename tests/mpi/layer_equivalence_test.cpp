@@ -15,6 +15,8 @@
 #include "hybrid3d/layers/dropout.hpp"
 #include "hybrid3d/layers/linear.hpp"
 #include "hybrid3d/layers/pool3d.hpp"
+#include "hybrid3d/layers/skip.hpp"
+#include "composite_layer.hpp"
 #include "hybrid3d/train/grad_reducer.hpp"
 #include "layouts.hpp"
 #include "test_util.hpp"
@@ -38,12 +40,13 @@ using Factory = std::function<std::unique_ptr<Layer>()>;
 
 // Runs one forward/backward of a fresh layer on `comm` with `layout`;
 // returns this rank's blocks. Throws UsageError if the layout cannot split it.
-Result run(const Factory& make, const Comm& comm, std::array<int, 3> layout) {
+// `align`: block bounds at multiples of it where the extent allows.
+Result run(const Factory& make, const Comm& comm, std::array<int, 3> layout, int64_t align = 1) {
   ProcessGrid grid(comm, layout);
   auto layer = make();
   ActShape in;
   in.channels = kChannels;
-  in.dist = Distribution::balanced(kExtent, layout);
+  in.dist = Distribution::balanced(kExtent, layout, align);
   Result r;
   r.out = layer->setup(in, grid);
   const ActShape& out = r.out;
@@ -73,7 +76,7 @@ Result run(const Factory& make, const Comm& comm, std::array<int, 3> layout) {
   return r;
 }
 
-void expect_equivalent(const std::string& what, const Factory& make) {
+void expect_equivalent(const std::string& what, const Factory& make, int64_t align = 1) {
   Comm world = Comm::borrow(MPI_COMM_WORLD);
   Comm self = Comm::borrow(MPI_COMM_SELF);
   Result serial;
@@ -88,7 +91,7 @@ void expect_equivalent(const std::string& what, const Factory& make) {
     std::string tag = what + " on " + test::name(layout) + " (" + std::to_string(world.size()) + " ranks)";
     Result r;
     try {
-      r = run(make, world, layout);
+      r = run(make, world, layout, align);
     } catch (const UsageError& e) {
       // Every rank refuses the same layout before any communication.
       if (world.rank() == 0) std::printf("[ refused  ] %s: %s\n", tag.c_str(), e.what());
@@ -134,6 +137,20 @@ TEST(LayerEquivalence, ConvTranspose3d) {
                                                7);
     });
   }
+}
+
+TEST(LayerEquivalence, SkipConnection) {
+  // skip -> conv k3 (halo) -> pool -> conv-transpose k3 s2 p1 op1 (reverse halo) -> concat with the skip.
+  expect_equivalent("skip connection", [] {
+    auto link = std::make_shared<SkipLink>();
+    auto c = std::make_unique<test::Composite>("block");
+    c->add(std::make_unique<SkipSource>("skip", link));
+    c->add(std::make_unique<Conv3d>("conv", Conv3dOptions{kChannels, 4, 3, 1, Padding::kHalf, true}, 7));
+    c->add(std::make_unique<Pool3d>("pool", PoolKind::kMax, 2, 2, 0));
+    c->add(std::make_unique<ConvTranspose3d>("up", ConvTranspose3dOptions{4, 2, 3, 2, 1, 1, true}, 7));
+    c->add(std::make_unique<SkipConcat>("cat", link));
+    return c;
+  }, 2);  // one pooling level: even bounds, as the U-Net builder aligns them
 }
 
 TEST(LayerEquivalence, Pooling) {

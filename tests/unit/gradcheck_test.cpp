@@ -19,6 +19,9 @@
 #include "hybrid3d/layers/dropout.hpp"
 #include "hybrid3d/layers/linear.hpp"
 #include "hybrid3d/layers/pool3d.hpp"
+#include "hybrid3d/layers/skip.hpp"
+#include "hybrid3d/models/network.hpp"
+#include "composite_layer.hpp"
 #include "test_util.hpp"
 
 using namespace h3d;
@@ -163,6 +166,54 @@ TEST(GradCheck, ConvTranspose3d) {
     ConvTranspose3d up("up", {2, 3, c.k, c.s, c.p, c.op, c.bias}, 1);
     check_gradients(up, spatial(2, {3, 4, 5}), input(2, 2, {3, 4, 5}));
   }
+}
+
+// A U-Net level in miniature: the skip keeps x, a conv and an upsampling
+// path change it, the concatenation appends x again.
+std::unique_ptr<test::Composite> skip_block(uint64_t seed) {
+  auto link = std::make_shared<SkipLink>();
+  auto c = std::make_unique<test::Composite>("block");
+  c->add(std::make_unique<SkipSource>("skip", link));
+  c->add(std::make_unique<Conv3d>("down", Conv3dOptions{2, 3, 2, 2, Padding::kValid, true}, seed));
+  c->add(std::make_unique<Activation>("act", ActKind::kTanh));
+  c->add(std::make_unique<ConvTranspose3d>("up", ConvTranspose3dOptions{3, 2, 2, 2, 0, 0, false}, seed));
+  c->add(std::make_unique<SkipConcat>("cat", link));
+  return c;
+}
+
+TEST(GradCheck, SkipConnection) {
+  auto block = skip_block(2);
+  check_gradients(*block, spatial(2, {4, 6, 4}), input(2, 2, {4, 6, 4}));
+}
+
+// The same block through Network's memory plan (in-place and consuming
+// paths) gives the output and parameter gradients of the plain path.
+TEST(SkipConnection, NetworkMemoryPlanEqualsPlainPath) {
+  Harness h;
+  const std::array<int64_t, 3> e{4, 6, 4};
+  auto plain = skip_block(3);
+  plain->setup(spatial(2, e), h.grid);
+  Network net;
+  auto link = std::make_shared<SkipLink>();
+  net.add(std::make_unique<Activation>("pre", ActKind::kScale, 1.0f));
+  net.add(std::make_unique<SkipSource>("skip", link));
+  net.add(std::make_unique<Conv3d>("down", Conv3dOptions{2, 3, 2, 2, Padding::kValid, true}, 3));
+  net.add(std::make_unique<Activation>("act", ActKind::kTanh));
+  net.add(std::make_unique<ConvTranspose3d>("up", ConvTranspose3dOptions{3, 2, 2, 2, 0, 0, false}, 3));
+  net.add(std::make_unique<SkipConcat>("cat", link));
+  net.setup(spatial(2, e), h.grid);
+  Tensor x = input(2, 2, e), y_plain, dx;
+  auto ctx = h.ctx();
+  plain->forward(ctx, x, y_plain);
+  const Tensor y = net.forward(ctx, x);
+  EXPECT_LT(test::rel_diff(y, y_plain), 1e-6);
+  Tensor dy(y.shape());
+  for (int64_t i = 0; i < dy.numel(); ++i) dy[i] = float(2 * uniform01(8, 1, uint64_t(i)) - 1);
+  plain->backward(ctx, x, y_plain, dy, dx);
+  net.backward(ctx, dy);
+  auto pp = plain->params(), np = net.params();
+  ASSERT_EQ(pp.size(), np.size());
+  for (size_t i = 0; i < pp.size(); ++i) EXPECT_LT(test::rel_diff(np[i]->grad, pp[i]->grad), 1e-6) << np[i]->name;
 }
 
 TEST(GradCheck, Pooling) {
