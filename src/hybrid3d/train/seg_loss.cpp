@@ -1,0 +1,164 @@
+#include "hybrid3d/train/seg_loss.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "hybrid3d/core/error.hpp"
+
+namespace h3d {
+
+void SegLossOptions::validate(int64_t classes) const {
+  H3D_USAGE_CHECK(kind == "ce" || kind == "dice" || kind == "ce+dice",
+                  "--loss '" << kind << "' is unknown; use ce, dice or ce+dice");
+  H3D_USAGE_CHECK(class_weights.empty() || int64_t(class_weights.size()) == classes,
+                  "--class-weights has " << class_weights.size() << " values for " << classes << " classes");
+  for (float w : class_weights) H3D_USAGE_CHECK(w >= 0 && std::isfinite(w), "--class-weights must be >= 0");
+}
+
+namespace {
+
+// Softmax over the K channels of voxel v of sample s: p[k] (double).
+void softmax_at(const float* z, int64_t K, int64_t vol, int64_t v, double* p) {
+  double mx = -std::numeric_limits<double>::infinity();
+  for (int64_t k = 0; k < K; ++k) mx = std::max(mx, double(z[k * vol + v]));
+  double sum = 0;
+  for (int64_t k = 0; k < K; ++k) sum += p[k] = std::exp(double(z[k * vol + v]) - mx);
+  for (int64_t k = 0; k < K; ++k) p[k] /= sum;
+}
+
+bool counted(int32_t y, int ignore, int64_t K) { return y != ignore && y >= 0 && y < K; }
+
+}  // namespace
+
+SegLossValue segmentation_loss(const Comm& comm, const SegLossOptions& o, const Tensor& logits,
+                               const std::vector<int32_t>& labels, Tensor& dlogits) {
+  const int64_t n = logits.dim(0), K = logits.dim(1), vol = logits.numel() / std::max<int64_t>(1, n * K);
+  H3D_CHECK(int64_t(labels.size()) == n * vol, "segmentation loss: " << labels.size() << " labels for " << n * vol
+                                                                       << " voxels");
+  for (int32_t y : labels)
+    H3D_USAGE_CHECK(y == o.ignore_label || (y >= 0 && y < K),
+                    "a label is " << y << ", outside the " << K << " classes (0.." << K - 1
+                                  << "); set --classes or --ignore-label");
+  const bool ce = o.kind != "dice", dice = o.kind != "ce";
+  auto weight = [&](int32_t y) { return o.class_weights.empty() ? 1.0 : double(o.class_weights[size_t(y)]); };
+  // Pass 1: the global sums: CE numerator and weight, and per class I, P, G.
+  std::vector<double> sums(size_t(2 + 3 * K), 0.0);
+  std::vector<double> p(static_cast<size_t>(K));
+  for (int64_t s = 0; s < n; ++s) {
+    const float* z = logits.data() + s * K * vol;
+    for (int64_t v = 0; v < vol; ++v) {
+      const int32_t y = labels[size_t(s * vol + v)];
+      if (!counted(y, o.ignore_label, K)) continue;
+      softmax_at(z, K, vol, v, p.data());
+      const double w = weight(y);
+      sums[0] += w * -std::log(std::max(p[size_t(y)], 1e-300));
+      sums[1] += w;
+      for (int64_t k = 0; k < K; ++k) {
+        sums[size_t(2 + k)] += p[size_t(k)] * (k == y);  // I
+        sums[size_t(2 + K + k)] += p[size_t(k)];         // P
+        sums[size_t(2 + 2 * K + k)] += (k == y);         // G
+      }
+    }
+  }
+  comm.allreduce_sum(sums.data(), int64_t(sums.size()));
+  SegLossValue r;
+  const double W = sums[1];
+  std::vector<double> dice_c(static_cast<size_t>(K)), denom(static_cast<size_t>(K));
+  if (ce) r.ce = W > 0 ? sums[0] / W : 0.0;
+  if (dice) {
+    double mean = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      denom[size_t(k)] = sums[size_t(2 + K + k)] + sums[size_t(2 + 2 * K + k)] + o.dice_eps;
+      dice_c[size_t(k)] = (2 * sums[size_t(2 + k)] + o.dice_eps) / denom[size_t(k)];
+      mean += dice_c[size_t(k)] / double(K);
+    }
+    r.dice_loss = 1.0 - mean;
+  }
+  r.loss = (ce ? (o.kind == "ce" ? 1.0 : o.ce_weight) * r.ce : 0.0) +
+           (dice ? (o.kind == "dice" ? 1.0 : o.dice_weight) * r.dice_loss : 0.0);
+  const double a_ce = o.kind == "ce" ? 1.0 : o.ce_weight, a_dice = o.kind == "dice" ? 1.0 : o.dice_weight;
+
+  // Pass 2: the gradient. CE: w_y (p - onehot) / W. Dice: dL/dp_k =
+  // -(1/K) (2 g_k D_k - (2 I_k + eps)) / D_k^2, then through the softmax.
+  dlogits.reshape_uninit(logits.shape());
+  std::vector<double> dp(static_cast<size_t>(K));
+  for (int64_t s = 0; s < n; ++s) {
+    const float* z = logits.data() + s * K * vol;
+    float* dz = dlogits.data() + s * K * vol;
+    for (int64_t v = 0; v < vol; ++v) {
+      const int32_t y = labels[size_t(s * vol + v)];
+      if (!counted(y, o.ignore_label, K)) {
+        for (int64_t k = 0; k < K; ++k) dz[k * vol + v] = 0.0f;
+        continue;
+      }
+      softmax_at(z, K, vol, v, p.data());
+      std::vector<double> g(size_t(K), 0.0);
+      if (ce && W > 0) {
+        const double w = weight(y) / W * a_ce;
+        for (int64_t k = 0; k < K; ++k) g[size_t(k)] += w * (p[size_t(k)] - (k == y));
+      }
+      if (dice) {
+        double dot = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          const double D = denom[size_t(k)], I2 = 2 * sums[size_t(2 + k)] + o.dice_eps;
+          dp[size_t(k)] = -a_dice / double(K) * (2.0 * (k == y) * D - I2) / (D * D);
+          dot += p[size_t(k)] * dp[size_t(k)];
+        }
+        for (int64_t k = 0; k < K; ++k) g[size_t(k)] += p[size_t(k)] * (dp[size_t(k)] - dot);
+      }
+      for (int64_t k = 0; k < K; ++k) dz[k * vol + v] = float(g[size_t(k)]);
+    }
+  }
+  return r;
+}
+
+void SegMetrics::add(const Tensor& logits, const std::vector<int32_t>& labels, int ignore_label,
+                     const std::vector<float>& sample_weights) {
+  const int64_t n = logits.dim(0), K = logits.dim(1), vol = logits.numel() / std::max<int64_t>(1, n * K);
+  H3D_CHECK(K == classes(), "metrics for " << classes() << " classes given " << K);
+  for (int64_t s = 0; s < n; ++s) {
+    const double w = sample_weights.empty() ? 1.0 : double(sample_weights[size_t(s)]);
+    if (w == 0) continue;
+    const float* z = logits.data() + s * K * vol;
+    for (int64_t v = 0; v < vol; ++v) {
+      const int32_t y = labels[size_t(s * vol + v)];
+      if (!counted(y, ignore_label, K)) continue;
+      int64_t best = 0;
+      for (int64_t k = 1; k < K; ++k)
+        if (z[k * vol + v] > z[best * vol + v]) best = k;
+      total_ += w;
+      if (best == y) {
+        correct_ += w;
+        tp_[size_t(y)] += w;
+      } else {
+        fp_[size_t(best)] += w;
+        fn_[size_t(y)] += w;
+      }
+    }
+  }
+}
+
+void SegMetrics::reduce(const Comm& comm) {
+  std::vector<double> all;
+  for (auto* v : {&tp_, &fp_, &fn_}) all.insert(all.end(), v->begin(), v->end());
+  all.push_back(correct_);
+  all.push_back(total_);
+  comm.allreduce_sum(all.data(), int64_t(all.size()));
+  const size_t K = tp_.size();
+  for (size_t k = 0; k < K; ++k) tp_[k] = all[k], fp_[k] = all[K + k], fn_[k] = all[2 * K + k];
+  correct_ = all[3 * K];
+  total_ = all[3 * K + 1];
+}
+
+double SegMetrics::dice(int64_t c) const {
+  const double d = 2 * tp_[size_t(c)] + fp_[size_t(c)] + fn_[size_t(c)];
+  return d > 0 ? 2 * tp_[size_t(c)] / d : std::numeric_limits<double>::quiet_NaN();
+}
+
+double SegMetrics::iou(int64_t c) const {
+  const double d = tp_[size_t(c)] + fp_[size_t(c)] + fn_[size_t(c)];
+  return d > 0 ? tp_[size_t(c)] / d : std::numeric_limits<double>::quiet_NaN();
+}
+
+}  // namespace h3d
