@@ -86,7 +86,22 @@ int main(int argc, char** argv) {
     train->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a repeated flag: the last wins
     std::string spatial = "1x1x1", decay_boundaries, decay_factors;
     int threads = 0;
-    train->add_option("--model", o.model.model, "cosmoflow | cosmoflow-lbann")->capture_default_str();
+    train->add_option("--model", o.model.model, "cosmoflow | cosmoflow-lbann | unet3d")->capture_default_str();
+    train->add_option("--in-channels", o.model.in_channels, "input channels (default: 4 for cosmoflow, 1 for unet3d)");
+    train->add_option("--classes", o.model.classes, "unet3d: segmentation classes")->capture_default_str();
+    train->add_option("--base-channels", o.model.base_channels, "unet3d: width of the first level (scales all)")
+        ->capture_default_str();
+    train->add_option("--levels", o.model.levels, "unet3d: encoder levels (input side a multiple of 2^levels)")
+        ->capture_default_str();
+    train->add_option("--loss", o.seg_loss.kind, "unet3d: ce | dice | ce+dice")->capture_default_str();
+    std::string class_weights;
+    train->add_option("--class-weights", class_weights, "unet3d: cross-entropy weight per class, e.g. 0.2,1,3");
+    train->add_option("--ignore-label", o.seg_loss.ignore_label, "unet3d: a label value that counts nowhere (-1: none)")
+        ->capture_default_str();
+    train->add_option("--ce-weight", o.seg_loss.ce_weight, "unet3d: weight of cross-entropy in ce+dice")
+        ->capture_default_str();
+    train->add_option("--dice-weight", o.seg_loss.dice_weight, "unet3d: weight of the Dice loss in ce+dice")
+        ->capture_default_str();
     train->add_option("--input-size", o.model.input_size, "side S of the cubic input volume")->capture_default_str();
     train->add_option("--batch-size", o.batch_size, "global mini-batch (over all data groups)")->capture_default_str();
     train->add_option("--spatial", spatial, "spatial split DxHxW of each sample; ranks / (D*H*W) data groups")
@@ -228,6 +243,7 @@ int main(int argc, char** argv) {
       o.spatial = h3d::ProcessGrid::parse_spatial(spatial);
       o.schedule.boundaries = parse_list<int64_t>(decay_boundaries, "--decay-boundaries");
       o.schedule.factors = parse_list<double>(decay_factors, "--decay-factors");
+      o.seg_loss.class_weights = parse_list<float>(class_weights, "--class-weights");
       if (o.steps < 0 || o.epochs < 0) H3D_THROW(h3d::UsageError, "--steps and --epochs must not be negative");
       if (o.batch_size < 1) H3D_THROW(h3d::UsageError, "--batch-size must be at least 1");
       if (o.log_every < 1) o.log_every = 1;

@@ -19,7 +19,7 @@ void DataStore::load(int64_t index, const Box& box, float* out, float* target) {
   auto it = kept_.find(index);
   if (it != kept_.end() && it->second.box == box) {
     std::copy_n(it->second.data.data(), n, out);
-    std::copy_n(it->second.target.data(), kTargets, target);
+    std::copy(it->second.target.begin(), it->second.target.end(), target);
     ++hits_;
     return;
   }
@@ -28,10 +28,10 @@ void DataStore::load(int64_t index, const Box& box, float* out, float* target) {
   // Under a collective reader every rank of the group must keep the same
   // samples, or they would stop making the same reads: charge each block at
   // the group's largest.
-  const int64_t need = inner_->group_max(n * int64_t(sizeof(float)));
+  const int64_t nt = targets_of(box);
+  const int64_t need = inner_->group_max((n + nt) * int64_t(sizeof(float)));
   if (it != kept_.end() || bytes_ + need > limit_) return;
-  Entry e{box, std::vector<float>(out, out + n), {}};
-  std::copy_n(target, kTargets, e.target.data());
+  Entry e{box, std::vector<float>(out, out + n), std::vector<float>(target, target + nt)};
   kept_.emplace(index, std::move(e));
   bytes_ += need;
 }

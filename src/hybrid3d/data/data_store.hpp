@@ -25,6 +25,7 @@ class DataStore : public SampleSource {
   int64_t size() const override { return inner_->size(); }
   std::array<int64_t, 3> extent() const override { return inner_->extent(); }
   int64_t channels() const override { return inner_->channels(); }
+  int64_t classes() const override { return inner_->classes(); }
   void load(int64_t index, const Box& box, float* out, float* target) override;
   std::string describe() const override;
 
@@ -36,7 +37,7 @@ class DataStore : public SampleSource {
   struct Entry {
     Box box;
     std::vector<float> data;
-    std::array<float, kTargets> target;
+    std::vector<float> target;
   };
   std::unique_ptr<SampleSource> inner_;
   int64_t limit_ = 0, bytes_ = 0, hits_ = 0, misses_ = 0;

@@ -22,7 +22,12 @@ class SampleSource {
   virtual std::array<int64_t, 3> extent() const = 0;
   virtual int64_t channels() const = 0;
   static constexpr int kTargets = 4;
-  // out: [channels, box] (channels first), target: [kTargets] (unitPar).
+  // Regression sources (CosmoFlow): 0, and kTargets values per sample
+  // (unitPar). Segmentation sources: the number of classes, and one label
+  // per voxel of the box (as float: exact for any class count).
+  virtual int64_t classes() const { return 0; }
+  int64_t targets_of(const Box& box) const { return classes() > 0 ? box.volume() : kTargets; }
+  // out: [channels, box] (channels first), target: targets_of(box) values.
   virtual void load(int64_t index, const Box& box, float* out, float* target) = 0;
   virtual std::string describe() const = 0;
   // For sources whose load() is collective over a group of ranks (which then

@@ -55,6 +55,7 @@ class SubsetSource : public SampleSource {
   int64_t size() const override { return int64_t(ids_.size()); }
   std::array<int64_t, 3> extent() const override { return inner_->extent(); }
   int64_t channels() const override { return inner_->channels(); }
+  int64_t classes() const override { return inner_->classes(); }
   void load(int64_t index, const Box& box, float* out, float* target) override {
     inner_->load(ids_.at(size_t(index)), box, out, target);
   }

@@ -9,6 +9,7 @@
 #include "hybrid3d/layers/dropout.hpp"
 #include "hybrid3d/layers/linear.hpp"
 #include "hybrid3d/layers/pool3d.hpp"
+#include "hybrid3d/models/unet3d.hpp"
 
 namespace h3d {
 
@@ -79,14 +80,36 @@ Network build_cosmoflow_lbann(const ModelOptions& o) {
 
 }  // namespace
 
-Network build_model(const ModelOptions& o) {
-  H3D_USAGE_CHECK(o.in_channels >= 1, "input channels must be at least 1");
+namespace {
+UNetOptions unet_options(const ModelOptions& o) {
+  UNetOptions u;
+  u.input_size = o.input_size;
+  u.in_channels = model_in_channels(o);
+  u.classes = o.classes;
+  u.base_channels = o.base_channels;
+  u.levels = o.levels;
+  u.seed = o.seed;
+  return u;
+}
+}  // namespace
+
+int64_t model_in_channels(const ModelOptions& o) {
+  if (o.in_channels > 0) return o.in_channels;
+  return o.model == "unet3d" ? 1 : 4;
+}
+
+Network build_model(const ModelOptions& given) {
+  H3D_USAGE_CHECK(given.in_channels >= 0, "--in-channels must be at least 1");
+  ModelOptions o = given;
+  o.in_channels = model_in_channels(given);
   if (o.model == "cosmoflow") return build_cosmoflow(o);
   if (o.model == "cosmoflow-lbann") return build_cosmoflow_lbann(o);
-  H3D_THROW(UsageError, "--model '" << o.model << "' is unknown; use cosmoflow or cosmoflow-lbann");
+  if (o.model == "unet3d") return build_unet3d(unet_options(o));
+  H3D_THROW(UsageError, "--model '" << o.model << "' is unknown; use cosmoflow, cosmoflow-lbann or unet3d");
 }
 
 int64_t model_alignment(const ModelOptions& o) {
+  if (o.model == "unet3d") return unet3d_alignment(unet_options(o));
   if (o.model == "cosmoflow") return o.input_size / 4;
   int pools = 5 + (o.input_size >= 256) + (o.input_size >= 512);
   return int64_t(1) << (pools + 1);

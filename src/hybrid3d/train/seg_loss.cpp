@@ -36,14 +36,13 @@ SegLossValue segmentation_loss(const Comm& comm, const SegLossOptions& o, const 
   const int64_t n = logits.dim(0), K = logits.dim(1), vol = logits.numel() / std::max<int64_t>(1, n * K);
   H3D_CHECK(int64_t(labels.size()) == n * vol, "segmentation loss: " << labels.size() << " labels for " << n * vol
                                                                        << " voxels");
-  for (int32_t y : labels)
-    H3D_USAGE_CHECK(y == o.ignore_label || (y >= 0 && y < K),
-                    "a label is " << y << ", outside the " << K << " classes (0.." << K - 1
-                                  << "); set --classes or --ignore-label");
   const bool ce = o.kind != "dice", dice = o.kind != "ce";
   auto weight = [&](int32_t y) { return o.class_weights.empty() ? 1.0 : double(o.class_weights[size_t(y)]); };
   // Pass 1: the global sums: CE numerator and weight, and per class I, P, G.
-  std::vector<double> sums(size_t(2 + 3 * K), 0.0);
+  // (The last slot counts labels outside the classes: every rank learns of
+  // them in the same reduction, and all stop together.)
+  std::vector<double> sums(size_t(3 + 3 * K), 0.0);
+  for (int32_t y : labels) sums.back() += (y != o.ignore_label && (y < 0 || y >= K)) ? 1.0 : 0.0;
   std::vector<double> p(static_cast<size_t>(K));
   for (int64_t s = 0; s < n; ++s) {
     const float* z = logits.data() + s * K * vol;
@@ -62,6 +61,9 @@ SegLossValue segmentation_loss(const Comm& comm, const SegLossOptions& o, const 
     }
   }
   comm.allreduce_sum(sums.data(), int64_t(sums.size()));
+  H3D_USAGE_CHECK(sums.back() == 0, int64_t(sums.back()) << " voxel labels of the mini-batch are outside the " << K
+                                                          << " classes 0.." << K - 1
+                                                          << "; set --classes, or --ignore-label for a void label");
   SegLossValue r;
   const double W = sums[1];
   std::vector<double> dice_c(static_cast<size_t>(K)), denom(static_cast<size_t>(K));

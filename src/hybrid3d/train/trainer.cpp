@@ -15,6 +15,7 @@
 #include "hybrid3d/core/rng.hpp"
 #include "hybrid3d/data/hdf5_source.hpp"
 #include "hybrid3d/data/stage.hpp"
+#include "hybrid3d/data/synthetic_segmentation.hpp"
 #include "hybrid3d/data/synthetic_universe.hpp"
 #include "hybrid3d/train/profile_report.hpp"
 #include "hybrid3d/train/safetensors.hpp"
@@ -29,6 +30,8 @@ std::shared_ptr<SampleSource> open_source(const std::string& spec, const TrainOp
                                           int64_t count, int64_t offset, const char* flag,
                                           const DataStore** store = nullptr) {
   InputTransform t = parse_transform(o.transform);
+  if (spec == "synthetic" && is_segmentation(o.model))
+    return std::make_shared<SyntheticSegmentation>(o.model.input_size, count, o.model.seed, offset);
   if (spec == "synthetic")
     return std::make_shared<SyntheticUniverses>(group, o.model.input_size, count, o.model.seed, offset, t);
   std::unique_ptr<SampleSource> files = std::make_unique<Hdf5Universes>(group, spec, t, parse_read_mode(o.read_mode), flag);
@@ -73,12 +76,14 @@ Trainer::Trainer(const Comm& world, TrainOptions o) : o_(std::move(o)) {
   opt_ = make_optimizer(o_.optimizer);
 
   open_data(world, grid_->group());
-  // The synthetic source generates with collectives on the group's
-  // communicator: it cannot run beside the step's own messages.
-  // Collective and naive reads communicate: from a background thread only
-  // where MPI allows threads to.
-  const bool loads_communicate = parse_read_mode(o_.read_mode) != ReadMode::kIndependent;
-  if (o_.prefetch && o_.data != "synthetic" && (!loads_communicate || mpi_thread_multiple()))
+  segmentation_ = is_segmentation(o_.model);
+  // The synthetic universes generate with collectives on the group's
+  // communicator: they cannot run beside the step's own messages.
+  // Collective and naive reads communicate on their own communicator: from
+  // a background thread only where MPI allows threads to.
+  const bool synthetic = o_.data == "synthetic";
+  const bool loads_communicate = !synthetic && parse_read_mode(o_.read_mode) != ReadMode::kIndependent;
+  if (o_.prefetch && (!synthetic || segmentation_) && (!loads_communicate || mpi_thread_multiple()))
     prefetch_ = std::make_unique<Prefetcher>([this](const std::vector<int64_t>& ids, Tensor& x, std::vector<float>& t) {
       load_batch(*train_src_, ids, x, t);
     });
@@ -86,8 +91,19 @@ Trainer::Trainer(const Comm& world, TrainOptions o) : o_(std::move(o)) {
   H3D_USAGE_CHECK(ext[0] == o_.model.input_size && ext[1] == ext[0] && ext[2] == ext[0],
                   "the data (" << train_src_->describe() << ") does not match --input-size " << o_.model.input_size
                                << "; use --input-size " << ext[0] << " (cubic samples)");
-  H3D_USAGE_CHECK(train_src_->channels() == o_.model.in_channels,
-                  "the data has " << train_src_->channels() << " channels, the model expects " << o_.model.in_channels);
+  H3D_USAGE_CHECK(train_src_->channels() == model_in_channels(o_.model),
+                  "the data has " << train_src_->channels() << " channels, the model expects "
+                                  << model_in_channels(o_.model) << " (--in-channels)");
+  if (segmentation_) {
+    H3D_USAGE_CHECK(train_src_->classes() > 0, "--model " << o_.model.model << " segments, but the data ("
+                                                           << train_src_->describe() << ") has no labels");
+    H3D_USAGE_CHECK(train_src_->classes() <= o_.model.classes,
+                    "the data has " << train_src_->classes() << " classes, more than --classes " << o_.model.classes);
+    o_.seg_loss.validate(o_.model.classes);
+  } else {
+    H3D_USAGE_CHECK(train_src_->classes() == 0, "the data (" << train_src_->describe() << ") is for segmentation; "
+                                                             << "use --model unet3d");
+  }
   for (const auto* src : {val_src_.get(), test_src_.get()})
     if (src)
       H3D_USAGE_CHECK(src->extent() == ext && src->channels() == train_src_->channels(),
@@ -98,7 +114,7 @@ Trainer::Trainer(const Comm& world, TrainOptions o) : o_(std::move(o)) {
 
   net_ = build_model(o_.model);
   ActShape in;
-  in.channels = o_.model.in_channels;
+  in.channels = model_in_channels(o_.model);
   in.dist = Distribution::balanced(ext, grid_->spatial(), model_alignment(o_.model));
   in.dist.require_nonempty("input");
   net_.setup(in, *grid_);
@@ -191,9 +207,9 @@ void Trainer::load_batch(SampleSource& src, const std::vector<int64_t>& ids, Ten
   auto e = block_.extents();
   x.reserve(net_.input_capacity_wish(n));
   x.reshape_uninit({n, c, e[0], e[1], e[2]});
-  t.assign(size_t(n * SampleSource::kTargets), 0.0f);
-  for (int64_t s = 0; s < n; ++s)
-    src.load(ids[size_t(s)], block_, x.data() + s * c * vol, t.data() + s * SampleSource::kTargets);
+  const int64_t nt = src.targets_of(block_);
+  t.assign(size_t(n * nt), 0.0f);
+  for (int64_t s = 0; s < n; ++s) src.load(ids[size_t(s)], block_, x.data() + s * c * vol, t.data() + s * nt);
 }
 
 std::vector<int64_t> Trainer::local_batch(int64_t step) const {
@@ -201,6 +217,32 @@ std::vector<int64_t> Trainer::local_batch(int64_t step) const {
   int64_t lo, hi;
   local_range(lo, hi);
   return std::vector<int64_t>(ids.begin() + lo, ids.begin() + hi);
+}
+
+double Trainer::loss_and_gradient(int64_t step) {
+  double loss = 0;
+  if (segmentation_) {
+    // Per-voxel loss over the whole global batch volume (every rank's voxels once).
+    labels_.assign(targets_.begin(), targets_.end());
+    loss = segmentation_loss(grid_->world(), o_.seg_loss, output_, labels_, dout_).loss;
+  } else {
+    // MSE over the global mini-batch: the head is replicated in each group, so
+    // summing over one rank per group (the replicas communicator) is exact.
+    const double denom = double(o_.batch_size) * SampleSource::kTargets;
+    double sse = 0;
+    dout_.reshape_like(output_.shape());
+    for (int64_t i = 0; i < output_.numel(); ++i) {
+      double d = double(output_[i]) - targets_[size_t(i)];
+      sse += d * d;
+      dout_[i] = float(2.0 * d / denom);
+    }
+    grid_->replicas().allreduce_sum(&sse, 1);
+    loss = sse / denom;
+  }
+  if (!std::isfinite(loss))
+    H3D_THROW(UsageError, "the loss is " << loss << " at step " << step
+                                          << "; training stopped (lower --lr, or check the input data and --transform)");
+  return loss;
 }
 
 double Trainer::train_step(int64_t step) {
@@ -224,21 +266,7 @@ double Trainer::train_step(int64_t step) {
   for (int64_t p = lo; p < hi; ++p) ctx.batch_positions.push_back(p);
   output_ = net_.forward(ctx, std::move(input_));
 
-  // MSE over the global mini-batch: the head is replicated in each group, so
-  // summing over one rank per group (the replicas communicator) is exact.
-  const double denom = double(o_.batch_size) * SampleSource::kTargets;
-  double sse = 0;
-  dout_.reshape_like(output_.shape());
-  for (int64_t i = 0; i < output_.numel(); ++i) {
-    double d = double(output_[i]) - targets_[size_t(i)];
-    sse += d * d;
-    dout_[i] = float(2.0 * d / denom);
-  }
-  grid_->replicas().allreduce_sum(&sse, 1);
-  double loss = sse / denom;
-  if (!std::isfinite(loss))
-    H3D_THROW(UsageError, "the loss is " << loss << " at step " << step
-                                          << "; training stopped (lower --lr, or check the input data and --transform)");
+  const double loss = loss_and_gradient(step);
   net_.backward(ctx, std::move(dout_), [this](const std::vector<Param*>& ps) { reducer_.ready(ps); });
   reducer_.finish();
   ProfileScope timed(prof::kOptimizer);
@@ -254,6 +282,7 @@ ValidationResult Trainer::evaluate(SampleSource* src) {
   int64_t lo, hi;
   local_range(lo, hi);
   std::vector<double> acc(9, 0.0);  // sse[4], sae[4], count
+  SegMetrics seg(segmentation_ ? o_.model.classes : 0);
   Tensor x;
   std::vector<float> t, weights;
   std::vector<int64_t> ids;
@@ -264,6 +293,13 @@ ValidationResult Trainer::evaluate(SampleSource* src) {
     StepContext ctx{backend_.get(), grid_.get(), false, o_.model.seed, 0, {}};
     for (int64_t p = lo; p < hi; ++p) ctx.batch_positions.push_back(p);
     const Tensor& y = net_.forward(ctx, std::move(x));
+    if (segmentation_) {
+      labels_.assign(t.begin(), t.end());
+      seg.add(y, labels_, o_.seg_loss.ignore_label,
+              std::vector<float>(weights.begin() + lo, weights.begin() + hi));
+      for (int64_t p = lo; p < hi; ++p) acc[8] += weights[size_t(p)];
+      continue;
+    }
     for (int64_t i = 0; i < y.numel(); ++i) {
       const double w = weights[size_t(lo + i / SampleSource::kTargets)];
       const double d = double(y[i]) - t[size_t(i)];
@@ -274,6 +310,12 @@ ValidationResult Trainer::evaluate(SampleSource* src) {
   }
   grid_->replicas().allreduce_sum(acc.data(), int64_t(acc.size()));
   r.samples = int64_t(acc[8]);
+  if (segmentation_) {
+    seg.reduce(grid_->world());
+    for (int64_t c = 0; c < seg.classes(); ++c) r.dice.push_back(seg.dice(c)), r.iou.push_back(seg.iou(c));
+    r.accuracy = seg.accuracy();
+    return r;
+  }
   if (r.samples == 0) return r;
   for (int j = 0; j < 4; ++j) {
     r.mse_per_param[size_t(j)] = acc[size_t(j)] / acc[8];
@@ -315,7 +357,29 @@ void Trainer::run() {
   auto run_evaluation = [&](SampleSource* src, const char* what, const char* type, int64_t step) {
     if (!src) return;
     ValidationResult v = evaluate(src);
-    char buf[256];
+    char buf[512];
+    if (segmentation_) {
+      std::string dice, iou;
+      for (size_t c = 0; c < v.dice.size(); ++c) {
+        char d[32];
+        std::snprintf(d, sizeof d, " %.4f", v.dice[c]);
+        dice += d;
+        std::snprintf(d, sizeof d, " %.4f", v.iou[c]);
+        iou += d;
+      }
+      std::snprintf(buf, sizeof buf, "%s at step %lld: dice per class%s, iou%s, voxel accuracy %.4f, %lld samples",
+                    what, (long long)step, dice.c_str(), iou.c_str(), v.accuracy, (long long)v.samples);
+      say(buf);
+      // NaN (a class absent from truth and prediction) is null in JSON.
+      auto finite_or_null = [](const std::vector<double>& xs) {
+        nlohmann::json a = nlohmann::json::array();
+        for (double x : xs) a.push_back(std::isfinite(x) ? nlohmann::json(x) : nlohmann::json());
+        return a;
+      };
+      metrics_.write({{"type", type}, {"step", step}, {"dice", finite_or_null(v.dice)}, {"iou", finite_or_null(v.iou)},
+                      {"accuracy", v.accuracy}, {"samples", v.samples}});
+      return;
+    }
     std::snprintf(buf, sizeof buf, "%s at step %lld: mse %.4f (per parameter %.4f %.4f %.4f %.4f), %lld samples",
                   what, (long long)step, v.mse, v.mse_per_param[0], v.mse_per_param[1], v.mse_per_param[2],
                   v.mse_per_param[3], (long long)v.samples);

@@ -20,6 +20,7 @@
 #include "hybrid3d/train/lr_schedule.hpp"
 #include "hybrid3d/train/metrics.hpp"
 #include "hybrid3d/train/optimizer.hpp"
+#include "hybrid3d/train/seg_loss.hpp"
 
 namespace h3d {
 
@@ -56,11 +57,14 @@ struct TrainOptions {
   // How each rank gets its block of a file sample (see Hdf5Universes).
   std::string read_mode = "independent";
   Overlap overlap = Overlap::kAuto;
+  SegLossOptions seg_loss;  // segmentation models
 };
 
 struct ValidationResult {
-  double mse = 0;
+  double mse = 0;  // regression
   std::array<double, 4> mse_per_param{}, mae_per_param{};
+  std::vector<double> dice, iou;  // segmentation, per class
+  double accuracy = 0;
   int64_t samples = 0;
 };
 
@@ -89,6 +93,8 @@ class Trainer {
 
  private:
   void load_batch(SampleSource& src, const std::vector<int64_t>& ids, Tensor& x, std::vector<float>& targets);
+  // The loss of the global mini-batch and its gradient w.r.t. output_.
+  double loss_and_gradient(int64_t step);
   std::vector<int64_t> global_batch(int64_t step) const;
   void local_range(int64_t& lo, int64_t& hi) const;
   // The ids this rank's data group loads at `step`.
@@ -110,6 +116,8 @@ class Trainer {
   int64_t steps_per_epoch_ = 1, total_steps_ = 0;
   Tensor input_, output_, dout_;
   std::vector<float> targets_;
+  std::vector<int32_t> labels_;  // segmentation: targets_ as class labels
+  bool segmentation_ = false;
   std::unique_ptr<Prefetcher> prefetch_;  // null: load in the step
   double last_data_wait_ = 0;
 };
