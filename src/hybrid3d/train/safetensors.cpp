@@ -24,7 +24,10 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
   uint64_t off = 0;
   for (auto& t : tensors) {
     uint64_t bytes = uint64_t(t.tensor->numel()) * (t.as_int64 ? 8 : 4);
-    header[t.name] = {{"dtype", t.as_int64 ? "I64" : "F32"}, {"shape", t.tensor->shape()}, {"data_offsets", {off, off + bytes}}};
+    // An integer counter (num_batches_tracked) is a 0-dim tensor in PyTorch.
+    const std::vector<int64_t> shape =
+        t.as_int64 && t.tensor->numel() == 1 ? std::vector<int64_t>{} : t.tensor->shape();
+    header[t.name] = {{"dtype", t.as_int64 ? "I64" : "F32"}, {"shape", shape}, {"data_offsets", {off, off + bytes}}};
     off += bytes;
   }
   std::string h = header.dump();
