@@ -10,87 +10,43 @@
 #include <stdexcept>
 
 #include "hybrid3d/core/error.hpp"
+#include "hybrid3d/data/file_scan.hpp"
 #include "hybrid3d/data/hdf5_util.hpp"
 #include "hybrid3d/dist/box_copy.hpp"
 
 namespace h3d {
 
-namespace {
-
-// What the scan finds wrong with a file: plain text (the file's name is
-// added by the caller), no source location.
-#define SCAN_FAIL(msg)                         \
-  do {                                         \
-    std::ostringstream scan_os_;               \
-    scan_os_ << msg;                           \
-    throw std::runtime_error(scan_os_.str()); \
-  } while (0)
-
-std::string dims_str(const std::vector<hsize_t>& d) {
-  std::ostringstream os;
-  os << "(";
-  for (size_t i = 0; i < d.size(); ++i) os << (i ? ", " : "") << d[i];
-  return os.str() + (d.size() == 1 ? ",)" : ")");
-}
-
-// Shape of a numeric dataset; throws naming the file and what is wrong.
-std::vector<hsize_t> numeric_dims(hid_t file, const char* name, const std::string& path, bool* is_int = nullptr,
-                                  bool* is_int16 = nullptr) {
-  if (H5Lexists(file, name, H5P_DEFAULT) <= 0)
-    SCAN_FAIL("has no dataset '" << name << "' (CosmoFlow layout: 'full' and 'unitPar')");
-  H5Handle ds{H5Dopen2(file, name, H5P_DEFAULT), H5Dclose};
-  if (ds.id < 0) SCAN_FAIL("cannot open dataset '" << name << "': " << hdf5_message());
-  H5Handle sp{H5Dget_space(ds.id), H5Sclose};
-  const int nd = H5Sget_simple_extent_ndims(sp.id);
-  if (nd < 0) SCAN_FAIL("dataset '" << name << "' has a bad dataspace");
-  std::vector<hsize_t> dims(static_cast<size_t>(nd));
-  H5Sget_simple_extent_dims(sp.id, dims.data(), nullptr);
-  H5Handle ty{H5Dget_type(ds.id), H5Tclose};
-  const H5T_class_t cls = H5Tget_class(ty.id);
-  if (cls != H5T_INTEGER && cls != H5T_FLOAT) SCAN_FAIL("dataset '" << name << "' is not numeric");
-  if (is_int) *is_int = cls == H5T_INTEGER;
-  if (is_int16) *is_int16 = cls == H5T_INTEGER && H5Tget_size(ty.id) == 2 && H5Tget_sign(ty.id) == H5T_SGN_2;
-  (void)path;
-  return dims;
-}
-
-}  // namespace
-
 Hdf5Universes::FileInfo Hdf5Universes::inspect(const std::string& path) {
   FileInfo fi;
   try {
+    constexpr const char* kLayout = "CosmoFlow layout: 'full' and 'unitPar'";
     struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) SCAN_FAIL("cannot be read");
+    if (::stat(path.c_str(), &st) != 0) H3D_SCAN_FAIL("cannot be read");
     H5Handle f{H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};
-    if (f.id < 0) SCAN_FAIL("is not a readable HDF5 file (" << hdf5_message() << ")");
-    bool is_int = false;
-    const std::vector<hsize_t> full = numeric_dims(f.id, "full", path, &is_int, &fi.int16);
-    const std::vector<hsize_t> par = numeric_dims(f.id, "unitPar", path);
+    if (f.id < 0) H3D_SCAN_FAIL("is not a readable HDF5 file (" << hdf5_message() << ")");
+    const NumericDataset full_ds = numeric_dataset(f.id, "full", kLayout);
+    const std::vector<hsize_t>& full = full_ds.dims;
+    const std::vector<hsize_t> par = numeric_dataset(f.id, "unitPar", kLayout).dims;
     if (full.size() != 4 && full.size() != 5)
-      SCAN_FAIL("dataset 'full' has shape " << dims_str(full)
-                                                   << "; expected (D, H, W, C), (C, D, H, W) or a leading sample dimension");
+      H3D_SCAN_FAIL("dataset 'full' has shape " << dims_str(full)
+                                                << "; expected (D, H, W, C), (C, D, H, W) or a leading sample dimension");
     fi.batched = full.size() == 5;
-    fi.integer = is_int;
+    fi.integer = full_ds.integer;
+    fi.int16 = full_ds.int16;
     const size_t o = fi.batched ? 1 : 0;
     fi.samples = fi.batched ? int64_t(full[0]) : 1;
     // Channels are the short end: last in the original files, first in LBANN's.
     const hsize_t first = full[o], last = full[o + 3];
-    fi.channels_last = last < first || (last == first && is_int);
+    fi.channels_last = last < first || (last == first && fi.integer);
     const size_t e0 = fi.channels_last ? o : o + 1;
     fi.extent = {int64_t(full[e0]), int64_t(full[e0 + 1]), int64_t(full[e0 + 2])};
     fi.channels = int64_t(fi.channels_last ? last : first);
     const bool par_ok = fi.batched ? (par.size() == 2 && par[0] == full[0] && par[1] == 4)
                                    : (par.size() == 1 && par[0] == 4);
     if (!par_ok)
-      SCAN_FAIL("dataset 'unitPar' has shape " << dims_str(par) << "; expected "
-                                                      << (fi.batched ? "(N, 4) with N as in 'full'" : "(4,)"));
-    // A truncated copy: contiguous data that ends past the end of the file.
-    H5Handle ds{H5Dopen2(f.id, "full", H5P_DEFAULT), H5Dclose};
-    fi.bytes = int64_t(H5Dget_storage_size(ds.id));
-    const haddr_t off = H5Dget_offset(ds.id);
-    if (off != HADDR_UNDEF && int64_t(off) + fi.bytes > int64_t(st.st_size))
-      SCAN_FAIL("is truncated: 'full' needs " << int64_t(off) + fi.bytes << " bytes, the file has "
-                                                      << int64_t(st.st_size));
+      H3D_SCAN_FAIL("dataset 'unitPar' has shape " << dims_str(par) << "; expected "
+                                                   << (fi.batched ? "(N, 4) with N as in 'full'" : "(4,)"));
+    fi.bytes = stored_bytes_within(f.id, "full", int64_t(st.st_size));
   } catch (const std::exception& e) {
     fi.error = e.what();
   }
@@ -125,60 +81,39 @@ Hdf5Universes::Hdf5Universes(const Comm& comm, const std::string& p, InputTransf
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // errors come back to us, not to stderr
   files_ = expand(p);
   H3D_USAGE_CHECK(!files_.empty(), flag << " '" << p << "': no HDF5 files found (give a directory of *.h5 files or a glob)");
-  // The ranks share the files out; the results travel as fixed records
-  // (error text kept to its first 400 bytes).
-  constexpr size_t kText = 400;
-  struct Record {
-    int64_t samples, extent[3], channels, bytes;
-    int32_t batched, channels_last, int16;
-    char error[kText];
-  };
-  const int64_t n = int64_t(files_.size());
-  std::vector<Record> recs(static_cast<size_t>(n));
-  std::memset(recs.data(), 0, recs.size() * sizeof(Record));
-  for (int64_t i = comm.rank(); i < n; i += comm.size()) {
-    const FileInfo fi = inspect(files_[size_t(i)]);
-    Record& r = recs[size_t(i)];
-    r.samples = fi.samples;
-    for (int d = 0; d < 3; ++d) r.extent[d] = fi.extent[size_t(d)];
-    r.channels = fi.channels;
-    r.bytes = fi.bytes;
-    r.batched = fi.batched;
-    r.channels_last = fi.channels_last;
-    r.int16 = fi.int16;
-    std::strncpy(r.error, fi.error.c_str(), kText - 1);
-  }
-  // Each record is filled by exactly one rank and zero elsewhere: a byte-wise
-  // maximum combines them.
-  if (comm.size() > 1)
-    H3D_MPI(MPI_Allreduce(MPI_IN_PLACE, recs.data(), int(recs.size() * sizeof(Record)), MPI_BYTE, MPI_MAX,
-                          comm.raw()));
-  std::ostringstream bad;
-  int nbad = 0;
+  // A file's numbers: samples, extent, channels, stored bytes, flags.
+  const std::vector<ScanResult> results = scan_in_parallel(comm, files_, [](const std::string& path) {
+    const FileInfo fi = inspect(path);
+    ScanResult r;
+    r.error = fi.error;
+    r.v = {fi.samples, fi.extent[0], fi.extent[1], fi.extent[2], fi.channels, fi.bytes,
+           int64_t(fi.batched) | int64_t(fi.channels_last) << 1 | int64_t(fi.int16) << 2 | int64_t(fi.integer) << 3,
+           0};
+    return r;
+  });
+  std::vector<ScanResult> checked = results;
   int64_t ref = -1;  // the first good file sets the sample shape
-  for (int64_t i = 0; i < n; ++i) {
-    const Record& r = recs[size_t(i)];
+  for (size_t i = 0; i < files_.size(); ++i) {
+    const ScanResult& r = results[i];
     FileInfo fi;
-    fi.error = std::string(r.error, strnlen(r.error, kText));
-    fi.samples = r.samples;
-    fi.extent = {r.extent[0], r.extent[1], r.extent[2]};
-    fi.channels = r.channels;
-    fi.bytes = r.bytes;
-    fi.batched = r.batched;
-    fi.channels_last = r.channels_last;
-    fi.int16 = r.int16;
+    fi.error = r.error;
+    fi.samples = r.v[0];
+    fi.extent = {r.v[1], r.v[2], r.v[3]};
+    fi.channels = r.v[4];
+    fi.bytes = r.v[5];
+    fi.batched = r.v[6] & 1;
+    fi.channels_last = r.v[6] & 2;
+    fi.int16 = r.v[6] & 4;
+    fi.integer = r.v[6] & 8;
     if (fi.error.empty() && ref >= 0 && (fi.extent != extent_ || fi.channels != channels_)) {
       std::ostringstream os;
       os << "holds samples of " << fi.extent[0] << "x" << fi.extent[1] << "x" << fi.extent[2] << " x " << fi.channels
          << " but '" << files_[size_t(ref)] << "' holds " << extent_[0] << "x" << extent_[1] << "x" << extent_[2] << " x "
          << channels_ << "; all samples must have one shape";
-      fi.error = os.str();
+      fi.error = checked[i].error = os.str();
     }
-    if (!fi.error.empty()) {
-      if (nbad < 5) bad << "\n  '" << files_[size_t(i)] << "' " << fi.error;
-      ++nbad;
-    } else if (ref < 0) {
-      ref = i;
+    if (fi.error.empty() && ref < 0) {
+      ref = int64_t(i);
       extent_ = fi.extent;
       channels_ = fi.channels;
     }
@@ -187,8 +122,7 @@ Hdf5Universes::Hdf5Universes(const Comm& comm, const std::string& p, InputTransf
     bytes_ += fi.error.empty() ? fi.bytes : 0;
     info_.push_back(fi);
   }
-  H3D_USAGE_CHECK(nbad == 0, flag << " '" << p << "': " << nbad << " of " << n << " files are unusable"
-                                          << (nbad > 5 ? " (the first 5)" : "") << ":" << bad.str());
+  refuse_bad_files(flag, p, files_, checked);
   H3D_USAGE_CHECK(!samples_.empty(), flag << " '" << p << "': the files hold no samples");
 }
 

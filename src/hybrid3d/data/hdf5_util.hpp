@@ -3,6 +3,7 @@
 #include <hdf5.h>
 
 #include <string>
+#include <vector>
 
 namespace h3d {
 
@@ -21,5 +22,21 @@ struct H5Handle {
     if (id >= 0) close(id);
   }
 };
+
+// "(a, b, c)" for messages.
+std::string dims_str(const std::vector<hsize_t>& d);
+
+// The shape of numeric dataset `name` (integer or float); throws
+// runtime_error with what is wrong (missing, unopenable, not numeric).
+// `layout_hint` ends the missing-dataset message ("CosmoFlow layout: ...").
+struct NumericDataset {
+  std::vector<hsize_t> dims;
+  bool integer = false, int16 = false;
+};
+NumericDataset numeric_dataset(hid_t file, const char* name, const char* layout_hint);
+
+// Throws runtime_error when contiguous dataset `name` ends past the end of
+// the file (a truncated copy); returns its stored size in bytes.
+int64_t stored_bytes_within(hid_t file, const char* name, int64_t file_size);
 
 }  // namespace h3d
