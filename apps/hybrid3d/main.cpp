@@ -98,6 +98,8 @@ int main(int argc, char** argv) {
     train->add_option("--class-weights", class_weights, "unet3d: cross-entropy weight per class, e.g. 0.2,1,3");
     train->add_option("--ignore-label", o.seg_loss.ignore_label, "unet3d: a label value that counts nowhere (-1: none)")
         ->capture_default_str();
+    train->add_option("--intensity-window", o.intensity_window,
+                      "unet3d files: clip the volume to LO,HI (e.g. -100,400 HU) and scale it to [0, 1]");
     train->add_option("--ce-weight", o.seg_loss.ce_weight, "unet3d: weight of cross-entropy in ce+dice")
         ->capture_default_str();
     train->add_option("--dice-weight", o.seg_loss.dice_weight, "unet3d: weight of the Dice loss in ce+dice")

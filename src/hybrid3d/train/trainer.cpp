@@ -13,6 +13,7 @@
 #include "hybrid3d/core/profiler.hpp"
 #include "hybrid3d/data/data_store.hpp"
 #include "hybrid3d/core/rng.hpp"
+#include "hybrid3d/data/hdf5_segmentation.hpp"
 #include "hybrid3d/data/hdf5_source.hpp"
 #include "hybrid3d/data/stage.hpp"
 #include "hybrid3d/data/synthetic_segmentation.hpp"
@@ -34,7 +35,16 @@ std::shared_ptr<SampleSource> open_source(const std::string& spec, const TrainOp
     return std::make_shared<SyntheticSegmentation>(o.model.input_size, count, o.model.seed, offset);
   if (spec == "synthetic")
     return std::make_shared<SyntheticUniverses>(group, o.model.input_size, count, o.model.seed, offset, t);
-  std::unique_ptr<SampleSource> files = std::make_unique<Hdf5Universes>(group, spec, t, parse_read_mode(o.read_mode), flag);
+  std::unique_ptr<SampleSource> files;
+  if (is_segmentation(o.model)) {
+    H3D_USAGE_CHECK(parse_read_mode(o.read_mode) == ReadMode::kIndependent,
+                    "--read-mode " << o.read_mode << " is for CosmoFlow files so far; segmentation cases are read "
+                                   << "independently (leave --read-mode out)");
+    files = std::make_unique<Hdf5Segmentation>(group, spec, o.model.classes,
+                                               parse_intensity_window(o.intensity_window, "--intensity-window"), flag);
+  } else {
+    files = std::make_unique<Hdf5Universes>(group, spec, t, parse_read_mode(o.read_mode), flag);
+  }
   if (o.data_store_mib == 0) return files;
   const int64_t limit = o.data_store_mib > 0 ? int64_t(o.data_store_mib * (1 << 20))
                                              : default_store_bytes(ranks_on_this_node(group));

@@ -58,6 +58,7 @@ struct TrainOptions {
   std::string read_mode = "independent";
   Overlap overlap = Overlap::kAuto;
   SegLossOptions seg_loss;  // segmentation models
+  std::string intensity_window;  // segmentation files: "LO,HI" clips and scales to [0, 1]
 };
 
 struct ValidationResult {
