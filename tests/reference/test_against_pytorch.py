@@ -1,6 +1,10 @@
 #!/usr/bin/python3
 """hybrid3d against PyTorch (Debian's python3-torch).
 
+unet3d (16^3, base 4, 2 levels, batch 2): the same weights and LiTS-layout
+HDF5 cases, one SGD step of weighted cross-entropy plus soft Dice; checked
+as below.
+
 For cosmoflow (32^3, kernel 2), cosmoflow with batch norm (32^3, batch 2) and
 cosmoflow-lbann (128^3): the same random weights (written by PyTorch as
 safetensors), the same input (CosmoFlow HDF5 files, int16 channels last,
@@ -58,6 +62,7 @@ def load_safetensors(path):
 
 class CosmoFlow(nn.Module):
     """The MLPerf reference network, as hybrid3d's cosmoflow (no batch norm, no dropout)."""
+    records_pool_inputs = True
 
     def __init__(self, side, k=2, batchnorm=False):
         super().__init__()
@@ -114,7 +119,7 @@ def max_pool_near_tie(net, x):
     pooling). Where two values lie within a few fp32 ulps, rounding alone
     decides which voxel receives the gradient, so no fp32 code can be held
     to the oracle there."""
-    if not isinstance(net, CosmoFlow):
+    if not getattr(net, "records_pool_inputs", False):
         return float("inf")
     pools = []
     with torch.no_grad():
@@ -175,6 +180,11 @@ def check(binary, name, model_name, side, net, work, batch=1, extra=()):
     loss.backward()
     opt.step()
 
+    return compare_step(name, f"{side}^3, batch {batch}", net, before, loss, metrics, out)
+
+
+def compare_step(name, what, net, before, loss, metrics, out):
+    """hybrid3d's loss (first metrics line) and --save file against PyTorch's step on `net`."""
     ours_loss = json.loads(open(metrics).readline())["loss"]
     failures = []
     if abs(ours_loss - loss.item()) > TOL * abs(loss.item()):
@@ -192,11 +202,107 @@ def check(binary, name, model_name, side, net, work, batch=1, extra=()):
             failures.append(f"{key}: weight rel diff {rel(mine, w):.2e}, step error {step_err:.2e} "
                             f"> {step_tol:.2e}")
     net.float().load_state_dict(ours, strict=True)  # names and shapes are PyTorch's
-    print(f"{name} {side}^3, batch {batch}: loss {ours_loss:.6f} vs PyTorch {loss.item():.6f}; "
+    print(f"{name} {what}: loss {ours_loss:.6f} vs PyTorch {loss.item():.6f}; "
           f"{len(ours)} tensors compared; {'FAILED' if failures else 'ok'}")
     for f in failures:
         print("   ", f)
     return not failures
+
+
+class UNet3D(nn.Module):
+    """hybrid3d's unet3d: encoder levels of two conv-bn-relu and a max pool, a
+    bottom block, decoder levels of a 2x2x2 transposed conv, cat([up, skip])
+    and two conv-bn-relu, and a 1x1x1 conv to the classes."""
+    records_pool_inputs = True
+
+    class Block(nn.Module):
+        def __init__(self, cin, mid, cout):
+            super().__init__()
+            self.conv1, self.bn1 = nn.Conv3d(cin, mid, 3, padding=1, bias=False), nn.BatchNorm3d(mid)
+            self.conv2, self.bn2 = nn.Conv3d(mid, cout, 3, padding=1, bias=False), nn.BatchNorm3d(cout)
+
+        def forward(self, x):
+            x = torch.relu(self.bn1(self.conv1(x)))
+            return torch.relu(self.bn2(self.conv2(x)))
+
+    def __init__(self, cin=1, classes=3, b=4, levels=2):
+        super().__init__()
+        self.levels, c = levels, cin
+        for l in range(1, levels + 1):
+            setattr(self, f"enc{l}", UNet3D.Block(c, b << (l - 1), b << l))
+            c = b << l
+        self.bottom = UNet3D.Block(c, b << levels, b << (levels + 1))
+        c = b << (levels + 1)
+        for l in range(levels, 0, -1):
+            setattr(self, f"up{l}", nn.ConvTranspose3d(c, c, 2, stride=2))
+            setattr(self, f"dec{l}", UNet3D.Block(c + (b << l), b << l, b << l))
+            c = b << l
+        self.out = nn.Conv3d(c, classes, 1)
+
+    def forward(self, x, pool_inputs=None):
+        skips = []
+        for l in range(1, self.levels + 1):
+            x = getattr(self, f"enc{l}")(x)
+            skips.append(x)
+            if pool_inputs is not None:
+                pool_inputs.append(x)
+            x = nn.functional.max_pool3d(x, 2)
+        x = self.bottom(x)
+        for l in range(self.levels, 0, -1):
+            x = torch.cat([getattr(self, f"up{l}")(x), skips[l - 1]], 1)
+            x = getattr(self, f"dec{l}")(x)
+        return self.out(x)
+
+
+def segmentation_loss(z, y, class_weights, ce_weight, dice_weight, eps=1e-5):
+    """PyTorch's weighted cross-entropy plus the soft Dice over the whole batch volume."""
+    ce = nn.functional.cross_entropy(z, y, weight=class_weights)
+    p = torch.softmax(z, 1)
+    g = nn.functional.one_hot(y, z.shape[1]).permute(0, 4, 1, 2, 3).to(p.dtype)
+    dims = (0, 2, 3, 4)
+    dice = (2 * (p * g).sum(dims) + eps) / (p.sum(dims) + g.sum(dims) + eps)
+    return ce_weight * ce + dice_weight * (1 - dice.mean())
+
+
+def check_unet(binary, work, side=16, batch=2):
+    """One SGD step of unet3d (base 4, 2 levels) on LiTS-layout files, ce+dice with class weights."""
+    net = UNet3D()
+    for seed in range(2, 12):
+        rng = np.random.default_rng(seed)
+        vols = [rng.normal(0, 1, size=(side, side, side)).astype(np.float32) for _ in range(batch)]
+        if max_pool_near_tie(net, torch.from_numpy(np.stack(vols)[:, None])) > 1e-5:
+            break
+    # Labels: an organ-like ball and a smaller blob, per case shifted.
+    z, yy, xx = np.meshgrid(*[np.arange(side) + 0.5] * 3, indexing="ij")
+    segs = []
+    for i in range(batch):
+        r2 = (z - 8 - i) ** 2 + (yy - 8) ** 2 + (xx - 7 + i) ** 2
+        segs.append(np.where(r2 < 5, 2, np.where(r2 < 30, 1, 0)).astype(np.uint8))
+    data = os.path.join(work, "unet3d")
+    os.makedirs(data, exist_ok=True)
+    for i in range(batch):
+        with h5py.File(os.path.join(data, f"case{i}.h5"), "w") as f:
+            f["volume"] = vols[i]
+            f["segmentation"] = segs[i]
+    init, out = os.path.join(work, "unet_init.safetensors"), os.path.join(work, "unet_out.safetensors")
+    metrics = os.path.join(work, "unet_metrics.jsonl")
+    save_safetensors(init, net.state_dict())
+    lr, weights, ce_w, dice_w = 0.01, [0.5, 1.0, 2.0], 0.7, 1.3
+    subprocess.run([binary, "train", "--model", "unet3d", "--input-size", str(side), "--base-channels", "4",
+                    "--levels", "2", "--data", data, "--batch-size", str(batch), "--steps", "1", "--optimizer", "sgd",
+                    "--momentum", "0", "--lr", str(lr), "--loss", "ce+dice", "--class-weights",
+                    ",".join(map(str, weights)), "--ce-weight", str(ce_w), "--dice-weight", str(dice_w), "--init",
+                    init, "--save", out, "--metrics", metrics, "--quiet", "--threads", "2"], check=True)
+    net.double()
+    x = torch.from_numpy(np.stack(vols)[:, None]).double()
+    y = torch.from_numpy(np.stack(segs).astype(np.int64))
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0)
+    loss = segmentation_loss(net(x), y, torch.tensor(weights, dtype=torch.float64), ce_w, dice_w)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return compare_step("unet3d", f"{side}^3, batch {batch}, ce+dice", net, before, loss, metrics, out)
 
 
 def main():
@@ -207,7 +313,8 @@ def main():
         results = [check(binary, "cosmoflow", "cosmoflow", 32, CosmoFlow(32), work),
                    check(binary, "cosmoflow+bn", "cosmoflow", 32, CosmoFlow(32, batchnorm=True), work, batch=2,
                          extra=("--batchnorm",)),
-                   check(binary, "cosmoflow-lbann", "cosmoflow-lbann", 128, CosmoFlowLbann(128), work)]
+                   check(binary, "cosmoflow-lbann", "cosmoflow-lbann", 128, CosmoFlowLbann(128), work),
+                   check_unet(binary, work)]
     passed = sum(results)
     print(f"{passed} passed, {len(results) - passed} failed")
     sys.exit(0 if all(results) else 1)
