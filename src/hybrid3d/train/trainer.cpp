@@ -83,6 +83,7 @@ Trainer::Trainer(const Comm& world, TrainOptions o) : o_(std::move(o)) {
                                   << "); use a batch of at least " << grid_->data_groups()
                                   << " or more spatial ranks per sample");
   backend_ = make_backend(o_.backend);
+  const ReadMode read_mode = parse_read_mode(o_.read_mode);  // a bad value is refused whatever the data
   opt_ = make_optimizer(o_.optimizer);
 
   open_data(world, grid_->group());
@@ -92,7 +93,7 @@ Trainer::Trainer(const Comm& world, TrainOptions o) : o_(std::move(o)) {
   // Collective and naive reads communicate on their own communicator: from
   // a background thread only where MPI allows threads to.
   const bool synthetic = o_.data == "synthetic";
-  const bool loads_communicate = !synthetic && parse_read_mode(o_.read_mode) != ReadMode::kIndependent;
+  const bool loads_communicate = !synthetic && read_mode != ReadMode::kIndependent;
   if (o_.prefetch && (!synthetic || segmentation_) && (!loads_communicate || mpi_thread_multiple()))
     prefetch_ = std::make_unique<Prefetcher>([this](const std::vector<int64_t>& ids, Tensor& x, std::vector<float>& t) {
       load_batch(*train_src_, ids, x, t);
