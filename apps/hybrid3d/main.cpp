@@ -19,6 +19,7 @@
 #include "hybrid3d/dist/process_grid.hpp"
 #include "hybrid3d/data/preprocess.hpp"
 #include "hybrid3d/data/universe_writer.hpp"
+#include "hybrid3d/train/predictor.hpp"
 #include "hybrid3d/train/trainer.hpp"
 
 namespace {
@@ -70,6 +71,16 @@ int run_tool(const h3d::Comm& world, Tool tool) {
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   return 0;
+}
+
+// Threads per rank: --threads, else OMP_NUM_THREADS, else the node's cores
+// shared among its ranks (mpirun would otherwise give every rank all of them).
+void set_threads(const h3d::Comm& world, int threads) {
+  if (threads < 0) H3D_THROW(h3d::UsageError, "--threads must be positive");
+  if (threads > 0)
+    omp_set_num_threads(threads);
+  else if (!std::getenv("OMP_NUM_THREADS"))
+    omp_set_num_threads(std::max(1, h3d::cores_on_this_node() / h3d::ranks_on_this_node(world)));
 }
 
 }  // namespace
@@ -199,6 +210,33 @@ int main(int argc, char** argv) {
     prep->add_option("--gzip", pre.compress, "gzip level 1..9 for chunked output (0: none)")->capture_default_str();
     prep->add_flag("--quiet", pre.quiet, "no progress output");
 
+    h3d::PredictOptions po;
+    po.model.model = "unet3d";
+    std::string pred_spatial = "1x1x1";
+    int pred_threads = 0;
+    auto* pred = app.add_subcommand("predict", "segment a whole volume with overlapping sliding windows (each "
+                                               "window split over the ranks as in training)");
+    pred->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    pred->add_option("--init", po.init, "trained weights (safetensors, from train --save)")->required();
+    pred->add_option("--input", po.input, "the case: HDF5 with 'volume' (and optionally 'segmentation' for Dice)")
+        ->required();
+    pred->add_option("--out", po.out, "output HDF5: 'segmentation' uint8 (and 'probabilities')")->required();
+    pred->add_option("--model", po.model.model, "unet3d")->capture_default_str();
+    pred->add_option("--input-size", po.model.input_size, "window side (the training --input-size)")
+        ->capture_default_str();
+    pred->add_option("--classes", po.model.classes, "as in training")->capture_default_str();
+    pred->add_option("--base-channels", po.model.base_channels, "as in training")->capture_default_str();
+    pred->add_option("--levels", po.model.levels, "as in training")->capture_default_str();
+    pred->add_option("--in-channels", po.model.in_channels, "as in training (default 1)");
+    pred->add_option("--overlap", po.overlap, "fraction of a window shared with the next one")->capture_default_str();
+    pred->add_flag("--probabilities", po.probabilities, "also write the class probabilities");
+    pred->add_option("--intensity-window", po.intensity_window, "as in training: LO,HI clips and scales to [0, 1]");
+    pred->add_option("--spatial", pred_spatial, "spatial split DxHxW of each window; ranks / (D*H*W) windows at a time")
+        ->capture_default_str();
+    pred->add_option("--threads", pred_threads, "threads per rank (default as for train)");
+    pred->add_option("--backend", po.backend, "cpu | ref")->capture_default_str();
+    pred->add_flag("--quiet", po.quiet, "no progress output");
+
     try {
       app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -213,11 +251,17 @@ int main(int argc, char** argv) {
       return 2;
     }
 
-    if (gen->parsed() || prep->parsed()) {
+    if (gen->parsed() || prep->parsed() || pred->parsed()) {
       if (gen->parsed())
         code = run_tool(world, [&] { h3d::generate_universes(world, gen_opts); });
-      else
+      else if (prep->parsed())
         code = run_tool(world, [&] { h3d::preprocess_universes(world, pre); });
+      else
+        code = run_tool(world, [&] {
+          set_threads(world, pred_threads);
+          po.spatial = h3d::ProcessGrid::parse_spatial(pred_spatial);
+          h3d::predict_volume(world, po);
+        });
       MPI_Finalize();
       return code;
     }
@@ -225,14 +269,7 @@ int main(int argc, char** argv) {
     std::unique_ptr<h3d::Trainer> trainer;
     std::unique_ptr<std::exception> failure;
     try {
-      if (threads < 0) H3D_THROW(h3d::UsageError, "--threads must be positive");
-      if (threads > 0) {
-        omp_set_num_threads(threads);
-      } else if (!std::getenv("OMP_NUM_THREADS")) {
-        // Neither says: the node's cores shared among its ranks (mpirun
-        // would otherwise give every rank all the cores).
-        omp_set_num_threads(std::max(1, h3d::cores_on_this_node() / h3d::ranks_on_this_node(world)));
-      }
+      set_threads(world, threads);
       if (overlap == "auto")
         o.overlap = h3d::Overlap::kAuto;
       else if (overlap == "on")

@@ -34,27 +34,29 @@ namespace {
 
 constexpr const char* kLayout = "LiTS layout: 'volume' and 'segmentation'";
 
-// v: D, H, W, channels, has a channel dimension, stored bytes.
-ScanResult inspect_case(const std::string& path) {
+// v: D, H, W, channels, has a channel dimension, stored bytes, has labels.
+ScanResult inspect_case(const std::string& path, bool require_labels) {
   ScanResult r;
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) H3D_SCAN_FAIL("cannot be read");
   H5Handle f{H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};
   if (f.id < 0) H3D_SCAN_FAIL("is not a readable HDF5 file (" << hdf5_message() << ")");
   const NumericDataset vol = numeric_dataset(f.id, "volume", kLayout);
-  const NumericDataset seg = numeric_dataset(f.id, "segmentation", kLayout);
+  const bool labelled = require_labels || H5Lexists(f.id, "segmentation", H5P_DEFAULT) > 0;
+  NumericDataset seg;
+  if (labelled) seg = numeric_dataset(f.id, "segmentation", kLayout);
   if (vol.dims.size() != 3 && vol.dims.size() != 4)
     H3D_SCAN_FAIL("dataset 'volume' has shape " << dims_str(vol.dims) << "; expected (D, H, W) or (C, D, H, W)");
-  if (!seg.integer) H3D_SCAN_FAIL("dataset 'segmentation' is not integer (labels are class numbers)");
+  if (labelled && !seg.integer) H3D_SCAN_FAIL("dataset 'segmentation' is not integer (labels are class numbers)");
   const bool channel_dim = vol.dims.size() == 4;
   const std::vector<hsize_t> spatial(vol.dims.end() - 3, vol.dims.end());
-  if (seg.dims != spatial)
+  if (labelled && seg.dims != spatial)
     H3D_SCAN_FAIL("has 'volume' " << dims_str(vol.dims) << " but 'segmentation' " << dims_str(seg.dims)
                                   << "; the labels must cover the volume voxel for voxel");
   const int64_t bytes = stored_bytes_within(f.id, "volume", int64_t(st.st_size)) +
-                        stored_bytes_within(f.id, "segmentation", int64_t(st.st_size));
+                        (labelled ? stored_bytes_within(f.id, "segmentation", int64_t(st.st_size)) : 0);
   r.v = {int64_t(spatial[0]), int64_t(spatial[1]), int64_t(spatial[2]), channel_dim ? int64_t(vol.dims[0]) : 1,
-         int64_t(channel_dim), bytes, 0, 0};
+         int64_t(channel_dim), bytes, int64_t(labelled), 0};
   return r;
 }
 
@@ -79,12 +81,13 @@ void read_box(hid_t file, const char* name, const Box& box, const std::vector<hs
 }  // namespace
 
 Hdf5Segmentation::Hdf5Segmentation(const Comm& comm, const std::string& p, int64_t classes, IntensityWindow window,
-                                   const char* flag)
+                                   const char* flag, bool require_labels)
     : pattern_(p), classes_(classes), window_(window) {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   files_ = Hdf5Universes::expand(p);
   H3D_USAGE_CHECK(!files_.empty(), flag << " '" << p << "': no HDF5 files found (give a directory of *.h5 files or a glob)");
-  std::vector<ScanResult> results = scan_in_parallel(comm, files_, inspect_case);
+  std::vector<ScanResult> results =
+      scan_in_parallel(comm, files_, [require_labels](const std::string& f) { return inspect_case(f, require_labels); });
   int64_t ref = -1;
   for (size_t i = 0; i < results.size(); ++i) {
     ScanResult& r = results[i];
@@ -104,6 +107,7 @@ Hdf5Segmentation::Hdf5Segmentation(const Comm& comm, const std::string& p, int64
       continue;
     }
     bytes_ += r.v[5];
+    has_labels_ = has_labels_ && r.v[6];
   }
   refuse_bad_files(flag, p, files_, results);
 }
@@ -115,7 +119,10 @@ void Hdf5Segmentation::load(int64_t index, const Box& box, float* out, float* ta
   std::vector<hsize_t> lead;
   if (channel_dim_) lead.push_back(hsize_t(channels_));
   read_box(f.id, "volume", box, lead, out, path);
-  read_box(f.id, "segmentation", box, {}, target, path);
+  if (has_labels_)
+    read_box(f.id, "segmentation", box, {}, target, path);
+  else
+    std::fill_n(target, box.volume(), 0.0f);
   window_.apply(out, box.volume() * channels_);
 }
 

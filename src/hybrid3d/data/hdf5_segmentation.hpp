@@ -31,8 +31,11 @@ IntensityWindow parse_intensity_window(const std::string& s, const char* flag);
 
 class Hdf5Segmentation : public SampleSource {
  public:
+  // require_labels false (prediction): a case without `segmentation` is
+  // read for its volume only (its targets come back 0; has_labels() says).
   Hdf5Segmentation(const Comm& comm, const std::string& path_or_glob, int64_t classes, IntensityWindow window,
-                   const char* flag = "--data");
+                   const char* flag = "--data", bool require_labels = true);
+  bool has_labels() const { return has_labels_; }
   int64_t size() const override { return int64_t(files_.size()); }
   std::array<int64_t, 3> extent() const override { return extent_; }
   int64_t channels() const override { return channels_; }
@@ -46,6 +49,7 @@ class Hdf5Segmentation : public SampleSource {
   std::array<int64_t, 3> extent_{};
   int64_t channels_ = 1, classes_ = 0, bytes_ = 0;
   bool channel_dim_ = false;  // `volume` is (C, D, H, W)
+  bool has_labels_ = true;    // every case has `segmentation`
   IntensityWindow window_;
 };
 

@@ -132,4 +132,21 @@ std::map<std::string, LoadedTensor> load_safetensors(const std::string& path) {
   return out;
 }
 
+void load_network_weights(Network& net, const std::string& path, const char* flag) {
+  auto tensors = load_safetensors(path);
+  for (auto* p : net.params()) {
+    auto it = tensors.find(p->name);
+    H3D_USAGE_CHECK(it != tensors.end(), flag << " '" << path << "' has no tensor '" << p->name << "' for this model");
+    H3D_USAGE_CHECK(it->second.shape == p->value.shape(),
+                    flag << " '" << path << "': tensor '" << p->name << "' has the wrong shape for this model (expected "
+                         << p->value.shape_str() << ")");
+    std::copy(it->second.data.begin(), it->second.data.end(), p->value.data());
+  }
+  for (auto* b : net.buffers()) {
+    auto it = tensors.find(b->name);
+    if (it != tensors.end() && int64_t(it->second.data.size()) == b->value.numel())
+      std::copy(it->second.data.begin(), it->second.data.end(), b->value.data());
+  }
+}
+
 }  // namespace h3d

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "hybrid3d/core/tensor.hpp"
+#include "hybrid3d/models/network.hpp"
 
 namespace h3d {
 
@@ -31,5 +32,10 @@ struct LoadedTensor {
   std::vector<float> data;  // F32, F64, I64 and I32 are converted
 };
 std::map<std::string, LoadedTensor> load_safetensors(const std::string& path);
+
+// Loads every parameter of `net` (and the state buffers present) from a
+// safetensors file with the network's PyTorch names; UsageError naming
+// `flag` for a missing tensor or a wrong shape.
+void load_network_weights(Network& net, const std::string& path, const char* flag);
 
 }  // namespace h3d

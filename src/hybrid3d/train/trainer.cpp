@@ -133,7 +133,7 @@ Trainer::Trainer(const Comm& world, TrainOptions o) : o_(std::move(o)) {
   reducer_.plan(*grid_, net_.params_by_layer(), int64_t(o_.bucket_mib * (1 << 20)), o_.overlap,
                 omp_get_max_threads());
   block_ = in.dist.box(grid_->spatial_rank());
-  if (!o_.init.empty()) load_init(o_.init);
+  if (!o_.init.empty()) load_network_weights(net_, o_.init, "--init");
 
   steps_per_epoch_ = sampler_->steps_per_epoch();
   H3D_USAGE_CHECK(!(o_.steps > 0 && o_.epochs > 0), "give --steps or --epochs, not both");
@@ -148,23 +148,6 @@ Trainer::Trainer(const Comm& world, TrainOptions o) : o_(std::move(o)) {
 }
 
 Trainer::~Trainer() = default;
-
-void Trainer::load_init(const std::string& path) {
-  auto tensors = load_safetensors(path);
-  for (auto* p : net_.params()) {
-    auto it = tensors.find(p->name);
-    H3D_USAGE_CHECK(it != tensors.end(), "--init '" << path << "' has no tensor '" << p->name << "' for this model");
-    H3D_USAGE_CHECK(it->second.shape == p->value.shape(),
-                    "--init '" << path << "': tensor '" << p->name << "' has the wrong shape for this model (expected "
-                               << p->value.shape_str() << ")");
-    std::copy(it->second.data.begin(), it->second.data.end(), p->value.data());
-  }
-  for (auto* b : net_.buffers()) {
-    auto it = tensors.find(b->name);
-    if (it != tensors.end() && int64_t(it->second.data.size()) == b->value.numel())
-      std::copy(it->second.data.begin(), it->second.data.end(), b->value.data());
-  }
-}
 
 std::vector<int64_t> Trainer::global_batch(int64_t step) const { return sampler_->batch(step); }
 

@@ -100,7 +100,6 @@ class Trainer {
   void local_range(int64_t& lo, int64_t& hi) const;
   // The ids this rank's data group loads at `step`.
   std::vector<int64_t> local_batch(int64_t step) const;
-  void load_init(const std::string& path);
   void open_data(const Comm& world, const Comm& group);
 
   TrainOptions o_;

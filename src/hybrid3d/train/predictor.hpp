@@ -1,0 +1,40 @@
+// `hybrid3d predict`: segments a whole volume larger than the network's
+// input with overlapping sliding windows.
+//
+// Windows of the training side S start every S * (1 - overlap) voxels along
+// each dimension, the last one flush with the end, so any volume of at
+// least S^3 is covered (it need not be a multiple of anything). The world
+// is cut as in training: each data group takes its own windows, one per
+// round, and within a group each rank reads and computes only its block of
+// the window (the spatial layout of --spatial). The class probabilities of
+// a window are weighted by a Gaussian importance map (sigma S/8 per
+// dimension, as nnU-Net and MONAI blend) and summed on rank 0, which divides
+// by the summed weights: where one window alone covers a voxel, that is
+// exactly the window's own prediction.
+//
+// Output (HDF5, written as NAME.tmp and renamed): `segmentation` (D, H, W)
+// uint8, the arg-max class; with --probabilities also `probabilities` (K,
+// D, H, W) float32. When the input case has labels, the Dice of each class
+// against them is printed. Rank 0 holds the whole probability volume.
+#pragma once
+#include <array>
+#include <string>
+
+#include "hybrid3d/dist/comm.hpp"
+#include "hybrid3d/models/cosmoflow.hpp"
+
+namespace h3d {
+
+struct PredictOptions {
+  ModelOptions model;  // a segmentation model; input_size is the window side
+  std::array<int, 3> spatial{1, 1, 1};
+  std::string init, input, out, intensity_window, backend = "cpu";
+  double overlap = 0.5;
+  bool probabilities = false, quiet = false;
+};
+
+// Collective over `world`. UsageError (identical on every rank) for bad
+// options or inputs, before any window is computed.
+void predict_volume(const Comm& world, const PredictOptions& o);
+
+}  // namespace h3d
