@@ -184,6 +184,9 @@ int main(int argc, char** argv) {
     auto* gen = app.add_subcommand("generate", "write synthetic universes as CosmoFlow HDF5 files (under mpirun: "
                                                "universes spread over groups of ranks, each written in parallel)");
     gen->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    gen->add_option("--kind", gen_opts.kind,
+                    "cosmoflow (universes) | segmentation (CT-like cases with labels, LiTS layout)")
+        ->capture_default_str();
     gen->add_option("--out", gen_opts.out, "output directory (created if missing)")->required();
     gen->add_option("--count", gen_opts.count, "number of universes")->capture_default_str();
     gen->add_option("--size", gen_opts.size, "side S of each S^3 x 4 universe")->required();
@@ -253,7 +256,14 @@ int main(int argc, char** argv) {
 
     if (gen->parsed() || prep->parsed() || pred->parsed()) {
       if (gen->parsed())
-        code = run_tool(world, [&] { h3d::generate_universes(world, gen_opts); });
+        code = run_tool(world, [&] {
+          if (gen_opts.kind == "segmentation")
+            h3d::generate_segmentation_cases(world, gen_opts);
+          else if (gen_opts.kind == "cosmoflow")
+            h3d::generate_universes(world, gen_opts);
+          else
+            H3D_THROW(h3d::UsageError, "--kind '" << gen_opts.kind << "' is unknown; use cosmoflow or segmentation");
+        });
       else if (prep->parsed())
         code = run_tool(world, [&] { h3d::preprocess_universes(world, pre); });
       else

@@ -9,6 +9,7 @@
 
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/data/hdf5_util.hpp"
+#include "hybrid3d/data/synthetic_segmentation.hpp"
 #include "hybrid3d/data/synthetic_universe.hpp"
 #include "hybrid3d/dist/output_dir.hpp"
 
@@ -143,6 +144,53 @@ void generate_universes(const Comm& world, const GenerateOptions& o) {
   const int64_t all_skipped = world.allreduce_sum(group.rank() == 0 ? skipped : int64_t(0));
   if (world.rank() == 0 && !o.quiet)
     std::printf("generate: %lld written, %lld already complete, in %s\n", static_cast<long long>(all_written),
+                static_cast<long long>(all_skipped), o.out.c_str());
+}
+
+void generate_segmentation_cases(const Comm& world, const GenerateOptions& o) {
+  H3D_USAGE_CHECK(o.size >= 8 && o.size <= 1024, "--size " << o.size << " is outside 8..1024");
+  H3D_USAGE_CHECK(o.count >= 1, "--count must be at least 1");
+  H3D_USAGE_CHECK(o.first_index >= 0, "--first-index must not be negative");
+  create_output_dir(world, o.out, "--out");
+  SyntheticSegmentation gen(o.size, o.first_index + o.count, o.seed);
+  const int64_t n = o.size * o.size * o.size;
+  const Box whole{{Range{0, o.size}, Range{0, o.size}, Range{0, o.size}}};
+  int64_t written = 0, skipped = 0;
+  std::vector<float> volume(static_cast<size_t>(n)), labels(static_cast<size_t>(n));
+  for (int64_t i = world.rank(); i < o.count; i += world.size()) {
+    const int64_t index = o.first_index + i;
+    char name[64];
+    std::snprintf(name, sizeof name, "/case_%06lld.h5", static_cast<long long>(index));
+    const std::string path = o.out + name, tmp = path + ".tmp";
+    if (file_exists(path)) {
+      ++skipped;
+      continue;
+    }
+    gen.load(index, whole, volume.data(), labels.data());
+    std::vector<uint8_t> seg(labels.begin(), labels.end());
+    {
+      H5Handle file{checked(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), "file create", tmp),
+                    H5Fclose};
+      const hsize_t dims[3] = {hsize_t(o.size), hsize_t(o.size), hsize_t(o.size)};
+      H5Handle space{checked(H5Screate_simple(3, dims, nullptr), "dataspace", tmp), H5Sclose};
+      H5Handle v{checked(H5Dcreate2(file.id, "volume", H5T_IEEE_F32LE, space.id, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                         "dataset create", tmp),
+                 H5Dclose};
+      checked(H5Dwrite(v.id, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, volume.data()), "write", tmp, 0);
+      H5Handle l{checked(H5Dcreate2(file.id, "segmentation", H5T_STD_U8LE, space.id, H5P_DEFAULT, H5P_DEFAULT,
+                                    H5P_DEFAULT),
+                         "dataset create", tmp),
+                 H5Dclose};
+      checked(H5Dwrite(l.id, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, seg.data()), "write", tmp, 0);
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0)
+      H3D_THROW(Error, "cannot rename '" << tmp << "' to '" << path << "': " << std::strerror(errno));
+    ++written;
+  }
+  const int64_t all_written = world.allreduce_sum(written), all_skipped = world.allreduce_sum(skipped);
+  if (world.rank() == 0 && !o.quiet)
+    std::printf("generate: %lld segmentation cases of %lld^3 written, %lld already complete, in %s\n",
+                static_cast<long long>(all_written), static_cast<long long>(o.size),
                 static_cast<long long>(all_skipped), o.out.c_str());
 }
 

@@ -20,6 +20,7 @@
 namespace h3d {
 
 struct GenerateOptions {
+  std::string kind = "cosmoflow";  // cosmoflow | segmentation
   std::string out;
   int64_t count = 1, size = 0, first_index = 0;
   uint64_t seed = 0;
@@ -36,5 +37,13 @@ void write_universe(const Comm& group, const std::string& path, int64_t side, ui
 // Collective over the world. Throws UsageError for options that cannot work
 // (the same on every rank).
 void generate_universes(const Comm& world, const GenerateOptions& o);
+
+// --kind segmentation: synthetic segmentation cases (data/synthetic_segmentation.hpp)
+// in the LiTS layout, case_NNNNNN.h5 with `volume` float32 (D, H, W) and
+// `segmentation` uint8 (D, H, W), the same as training on `synthetic`
+// with the same --seed and index; the ranks share out the cases (each is
+// a pure function of its index: no communication), tmp + rename, reruns
+// skip complete files.
+void generate_segmentation_cases(const Comm& world, const GenerateOptions& o);
 
 }  // namespace h3d
