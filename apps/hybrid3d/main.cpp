@@ -111,6 +111,9 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     train->add_option("--intensity-window", o.intensity_window,
                       "unet3d files: clip the volume to LO,HI (e.g. -100,400 HU) and scale it to [0, 1]");
+    train->add_flag("--random-crop", o.random_crop,
+                    "unet3d: train on --input-size crops at random places of larger volumes (default: the centre)");
+    train->add_flag("--flip", o.flip, "unet3d: mirror each training sample along each axis with probability 1/2");
     train->add_option("--ce-weight", o.seg_loss.ce_weight, "unet3d: weight of cross-entropy in ce+dice")
         ->capture_default_str();
     train->add_option("--dice-weight", o.seg_loss.dice_weight, "unet3d: weight of the Dice loss in ce+dice")

@@ -71,3 +71,40 @@ for want in "5 of 6 files are unusable" "nolabels.h5' has no dataset 'segmentati
   grep -qF -- "$want" <<<"$msg" || { echo "FAIL bad files: no '$want' in: $msg"; exit 1; }
 done
 echo "ok   bad LiTS files named before the first step (exit $code)"
+
+# Augmentation: cases of 24x20x28 (larger than the 16^3 input, not cubic),
+# random crops and flips; the same losses on every layout, and not those of
+# the centre crops.
+"$PY" - "$WORK" <<'PYEOF'
+import os, sys
+import h5py
+import numpy as np
+w = sys.argv[1]
+os.makedirs(f"{w}/big")
+rng = np.random.default_rng(5)
+z, y, x = np.meshgrid(np.arange(24) + 0.5, np.arange(20) + 0.5, np.arange(28) + 0.5, indexing="ij")
+for i in range(4):
+    c = (12 + rng.uniform(-2, 2), 10 + rng.uniform(-2, 2), 14 + rng.uniform(-2, 2))
+    organ = ((z - c[0]) / 7) ** 2 + ((y - c[1]) / 6) ** 2 + ((x - c[2]) / 9) ** 2 < 1
+    tumour = (z - c[0] - 2) ** 2 + (y - c[1]) ** 2 + (x - c[2] - 3) ** 2 < 5
+    seg = np.where(organ & tumour, 2, np.where(organ, 1, 0)).astype(np.uint8)
+    with h5py.File(f"{w}/big/case{i}.h5", "w") as f:
+        f["volume"] = (60.0 * organ - 30.0 * (organ & tumour) + rng.normal(0, 20, seg.shape) - 50).astype(np.float32)
+        f["segmentation"] = seg
+PYEOF
+A="train --model unet3d --input-size 16 --base-channels 4 --levels 2 --batch-size 2 --epochs 2 --log-every 1
+   --optimizer adam --lr 1e-3 --intensity-window -100,100 --threads 1 --data $WORK/big"
+losses() { awk '$1 == "step" {print $4}' | tr '\n' ' '; }
+ref=$("$BIN" $A --random-crop --flip | losses)
+centre=$("$BIN" $A | losses)
+[ "$ref" != "$centre" ] || { echo "FAIL augmentation changes nothing: '$ref'"; exit 1; }
+for cfg in "8 2x2x2" "4 1x2x1"; do
+  set -- $cfg
+  got=$($MPI -np "$1" "$BIN" $A --random-crop --flip --spatial "$2" | losses)
+  "$PY" -c "
+import sys
+a, b = [list(map(float, s.split())) for s in sys.argv[1:3]]
+assert len(a) == len(b) == 4 and all(abs(x - y) <= 2e-5 for x, y in zip(a, b)), (a, b)" "$ref" "$got" ||
+    { echo "FAIL augmented $2 on $1 ranks: '$got' vs 1 rank '$ref'"; exit 1; }
+done
+echo "ok   random crops and flips of 24x20x28 cases: the same losses on 1 rank, 2x2x2, 2 groups x 1x2x1 ($ref)"

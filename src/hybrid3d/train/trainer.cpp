@@ -11,6 +11,7 @@
 
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/core/profiler.hpp"
+#include "hybrid3d/data/augment.hpp"
 #include "hybrid3d/data/data_store.hpp"
 #include "hybrid3d/core/rng.hpp"
 #include "hybrid3d/data/hdf5_segmentation.hpp"
@@ -188,6 +189,19 @@ void Trainer::open_data(const Comm& world, const Comm& group) {
   if (!o_.test_data.empty())
     test_src_ = open_source(o_.test_data, o_, group, o_.val_samples,
                             o_.test_data == "synthetic" ? 2 * kValIndexOffset : 0, "--test-data");
+  // Segmentation volumes larger than the model's input are cropped (at random
+  // for training with --random-crop, at the centre otherwise), and flipped.
+  const int64_t S = o_.model.input_size;
+  const std::array<int64_t, 3> cube{S, S, S};
+  H3D_USAGE_CHECK(!(o_.random_crop || o_.flip) || is_segmentation(o_.model),
+                  "--random-crop and --flip are for segmentation models (--model unet3d)");
+  if (!is_segmentation(o_.model)) return;
+  if (o_.random_crop || o_.flip || train_src_->extent() != cube) {
+    train_src_ = std::make_shared<AugmentedSource>(train_src_, S, o_.model.seed, o_.random_crop, o_.flip);
+    augmented_ = true;
+  }
+  for (auto* src : {&val_src_, &test_src_})
+    if (*src && (*src)->extent() != cube) *src = std::make_shared<AugmentedSource>(*src, S, o_.model.seed, false, false);
 }
 
 void Trainer::local_range(int64_t& lo, int64_t& hi) const {
@@ -210,7 +224,10 @@ std::vector<int64_t> Trainer::local_batch(int64_t step) const {
   auto ids = global_batch(step);
   int64_t lo, hi;
   local_range(lo, hi);
-  return std::vector<int64_t>(ids.begin() + lo, ids.begin() + hi);
+  std::vector<int64_t> mine(ids.begin() + lo, ids.begin() + hi);
+  if (augmented_)  // the augmentation draws from (epoch, sample)
+    for (auto& id : mine) id += step / steps_per_epoch_ * train_src_->size();
+  return mine;
 }
 
 double Trainer::loss_and_gradient(int64_t step) {

@@ -59,6 +59,7 @@ struct TrainOptions {
   Overlap overlap = Overlap::kAuto;
   SegLossOptions seg_loss;  // segmentation models
   std::string intensity_window;  // segmentation files: "LO,HI" clips and scales to [0, 1]
+  bool random_crop = false, flip = false;  // segmentation training augmentation (data/augment.hpp)
 };
 
 struct ValidationResult {
@@ -118,6 +119,7 @@ class Trainer {
   std::vector<float> targets_;
   std::vector<int32_t> labels_;  // segmentation: targets_ as class labels
   bool segmentation_ = false;
+  bool augmented_ = false;  // training ids carry the epoch (AugmentedSource)
   std::unique_ptr<Prefetcher> prefetch_;  // null: load in the step
   double last_data_wait_ = 0;
 };
