@@ -14,6 +14,8 @@
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/data/hdf5_segmentation.hpp"
 #include "hybrid3d/data/hdf5_util.hpp"
+#include "hybrid3d/data/nifti_io.hpp"
+#include "hybrid3d/data/nifti_segmentation.hpp"
 #include "hybrid3d/dist/process_grid.hpp"
 #include "hybrid3d/train/safetensors.hpp"
 #include "hybrid3d/train/seg_loss.hpp"
@@ -71,6 +73,26 @@ void write_prediction(const std::string& path, const std::vector<uint8_t>& label
     H3D_THROW(Error, "cannot rename '" << tmp << "' to '" << path << "': " << std::strerror(errno));
 }
 
+// The case to segment, read at its own size: NIfTI or HDF5 (LiTS layout).
+struct Case {
+  std::unique_ptr<SampleSource> src;
+  bool labels = false;
+};
+Case open_case(const Comm& comm, const PredictOptions& o, int64_t classes) {
+  const IntensityWindow window = parse_intensity_window(o.intensity_window, "--intensity-window");
+  Case c;
+  if (NiftiSegmentation::recognises(o.input)) {
+    auto n = std::make_unique<NiftiSegmentation>(comm, o.input, classes, window, 0, "--input");
+    c.labels = n->has_labels();
+    c.src = std::move(n);
+  } else {
+    auto h = std::make_unique<Hdf5Segmentation>(comm, o.input, classes, window, "--input", false);
+    c.labels = h->has_labels();
+    c.src = std::move(h);
+  }
+  return c;
+}
+
 }  // namespace
 
 void predict_volume(const Comm& world, const PredictOptions& o) {
@@ -93,8 +115,10 @@ void predict_volume(const Comm& world, const PredictOptions& o) {
   in.dist.require_nonempty("input");
   net.setup(in, grid);
   load_network_weights(net, o.init, "--init");
-  Hdf5Segmentation src(grid.group(), o.input, K, parse_intensity_window(o.intensity_window, "--intensity-window"),
-                       "--input", false);
+  const bool nifti_out = is_nifti_path(o.out);
+  H3D_USAGE_CHECK(!(nifti_out && o.probabilities), "--probabilities needs an HDF5 --out (.h5); NIfTI holds the labels");
+  Case input = open_case(grid.group(), o, K);
+  SampleSource& src = *input.src;
   H3D_USAGE_CHECK(src.size() == 1, "--input '" << o.input << "' holds " << src.size() << " cases; give one file");
   H3D_USAGE_CHECK(src.channels() == in.channels, "--input has " << src.channels() << " channels, the model "
                                                                 << in.channels << " (--in-channels)");
@@ -200,11 +224,11 @@ void predict_volume(const Comm& world, const PredictOptions& o) {
   // Labels of the whole case on rank 0, for the Dice (read before the
   // output is written: the output may replace nothing of the input).
   std::vector<float> truth;
-  if (root && src.has_labels()) {
-    Hdf5Segmentation whole(Comm::borrow(MPI_COMM_SELF), o.input, K, IntensityWindow{}, "--input", false);
+  if (root && input.labels) {
+    Case whole = open_case(Comm::borrow(MPI_COMM_SELF), o, K);
     std::vector<float> image(size_t(total * in.channels));
     truth.resize(size_t(total));
-    whole.load(0, Box{{Range{0, E[0]}, Range{0, E[1]}, Range{0, E[2]}}}, image.data(), truth.data());
+    whole.src->load(0, Box{{Range{0, E[0]}, Range{0, E[1]}, Range{0, E[2]}}}, image.data(), truth.data());
   }
   if (root) {
     std::vector<uint8_t> labels(static_cast<size_t>(total));
@@ -219,7 +243,10 @@ void predict_volume(const Comm& world, const PredictOptions& o) {
     }
     std::vector<float> flat;
     if (o.probabilities) flat = probs.to_vector();
-    write_prediction(o.out, labels, o.probabilities ? &flat : nullptr, E, K);
+    if (nifti_out)
+      write_nifti_labels(o.out, E, labels.data(), NiftiSegmentation::recognises(o.input) ? o.input : "");
+    else
+      write_prediction(o.out, labels, o.probabilities ? &flat : nullptr, E, K);
     if (say) std::printf("predict: wrote %s\n", o.out.c_str());
     if (!truth.empty()) {
       SegMetrics m(K);

@@ -12,10 +12,15 @@
 // by the summed weights: where one window alone covers a voxel, that is
 // exactly the window's own prediction.
 //
-// Output (HDF5, written as NAME.tmp and renamed): `segmentation` (D, H, W)
-// uint8, the arg-max class; with --probabilities also `probabilities` (K,
-// D, H, W) float32. When the input case has labels, the Dice of each class
-// against them is printed. Rank 0 holds the whole probability volume.
+// Input: a NIfTI image (.nii, .nii.gz; its labels are used when its
+// partner file is there, see NiftiSegmentation) or an HDF5 case (LiTS
+// layout). Output, written as a temporary name and renamed: to NAME.nii or
+// NAME.nii.gz the uint8 label volume with the input's NIfTI geometry
+// (spacing, orientation, origin), so a viewer overlays it on the image; to
+// HDF5 `segmentation` (D, H, W) uint8, the arg-max class, and with
+// --probabilities also `probabilities` (K, D, H, W) float32. When the case
+// has labels, the Dice of each class against them is printed. Rank 0 holds
+// the whole probability volume.
 #pragma once
 #include <array>
 #include <string>

@@ -16,6 +16,7 @@
 #include "hybrid3d/core/rng.hpp"
 #include "hybrid3d/data/hdf5_segmentation.hpp"
 #include "hybrid3d/data/hdf5_source.hpp"
+#include "hybrid3d/data/nifti_segmentation.hpp"
 #include "hybrid3d/data/stage.hpp"
 #include "hybrid3d/data/synthetic_segmentation.hpp"
 #include "hybrid3d/data/synthetic_universe.hpp"
@@ -41,8 +42,11 @@ std::shared_ptr<SampleSource> open_source(const std::string& spec, const TrainOp
     H3D_USAGE_CHECK(parse_read_mode(o.read_mode) == ReadMode::kIndependent,
                     "--read-mode " << o.read_mode << " is for CosmoFlow files so far; segmentation cases are read "
                                    << "independently (leave --read-mode out)");
-    files = std::make_unique<Hdf5Segmentation>(group, spec, o.model.classes,
-                                               parse_intensity_window(o.intensity_window, "--intensity-window"), flag);
+    const IntensityWindow window = parse_intensity_window(o.intensity_window, "--intensity-window");
+    if (NiftiSegmentation::recognises(spec))
+      files = std::make_unique<NiftiSegmentation>(group, spec, o.model.classes, window, o.model.input_size, flag);
+    else
+      files = std::make_unique<Hdf5Segmentation>(group, spec, o.model.classes, window, flag);
   } else {
     files = std::make_unique<Hdf5Universes>(group, spec, t, parse_read_mode(o.read_mode), flag);
   }
