@@ -155,7 +155,16 @@ int main(int argc, char** argv) {
     train->add_option("--transform", o.transform, "input transform: log1p | none")->capture_default_str();
     train->add_option("--init", o.init, "initial weights (safetensors, PyTorch state_dict names)");
     train->add_option("--save", o.save, "write the final weights here (safetensors)");
-    train->add_option("--metrics", o.metrics, "write JSON lines metrics here");
+    train->add_option("--metrics", o.metrics, "write JSON lines metrics here (appended to after --resume)");
+    train->add_option("--checkpoint-dir", o.checkpoint_dir, "write checkpoints here (see --checkpoint-every)");
+    train->add_option("--checkpoint-every", o.checkpoint_every, "checkpoint every N steps (and at the end)");
+    train->add_option("--checkpoint-minutes", o.checkpoint_minutes, "checkpoint every M minutes");
+    train->add_option("--keep", o.keep, "checkpoints kept (the newest)")->capture_default_str();
+    train->add_option("--resume", o.resume,
+                      "continue from a checkpoint (a ckpt-N directory or a --checkpoint-dir), or auto: the newest "
+                      "valid one in --checkpoint-dir, else a fresh start; any layout");
+    train->add_option("--stop-after", o.stop_after,
+                      "stop after N steps of this job with a checkpoint (a job-length budget; resume continues)");
     train->add_option("--profile", o.profile,
                       "time every layer, halo, allreduce, data and memory (after the first step); print the table "
                       "and write it as JSON here");

@@ -6,10 +6,10 @@
 
 namespace h3d {
 
-void MetricsLog::open(const std::string& path, bool writer) {
+void MetricsLog::open(const std::string& path, bool writer, bool append) {
   enabled_ = writer && !path.empty();
   if (!enabled_) return;
-  out_.open(path, std::ios::trunc);
+  out_.open(path, append ? std::ios::app : std::ios::trunc);
   if (!out_) H3D_THROW(Error, "--metrics: cannot write '" << path << "': " << std::strerror(errno));
 }
 

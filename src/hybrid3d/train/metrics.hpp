@@ -11,8 +11,9 @@ namespace h3d {
 class MetricsLog {
  public:
   MetricsLog() = default;
-  // Empty path: no file. Opens (truncates) on the writing rank only.
-  void open(const std::string& path, bool writer);
+  // Empty path: no file. Opens (truncates, or appends for a resumed run)
+  // on the writing rank only.
+  void open(const std::string& path, bool writer, bool append = false);
   void write(const nlohmann::json& record);
 
  private:

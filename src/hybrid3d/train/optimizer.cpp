@@ -1,6 +1,7 @@
 #include "hybrid3d/train/optimizer.hpp"
 
 #include <cmath>
+#include <map>
 #include <unordered_map>
 
 #include "hybrid3d/core/error.hpp"
@@ -8,6 +9,21 @@
 namespace h3d {
 
 namespace {
+
+// The saved slot `name` of a parameter, or null.
+const std::vector<float>* find_slot(const OptimizerState& s, const std::string& name) {
+  for (const auto& t : s.tensors)
+    if (t.first == name) return &t.second;
+  return nullptr;
+}
+
+void restore_slot(const OptimizerState& s, const Param* p, const char* slot, std::vector<float>& dst) {
+  const std::vector<float>* v = find_slot(s, p->name + "." + slot);
+  if (!v) return;
+  H3D_USAGE_CHECK(int64_t(v->size()) == p->value.numel(), "the checkpoint's optimizer state '" << p->name << "." << slot
+                                                                                                << "' has the wrong size");
+  dst = *v;
+}
 
 class Sgd : public Optimizer {
  public:
@@ -26,10 +42,25 @@ class Sgd : public Optimizer {
         p->value[i] -= float(lr) * g;
       }
     }
+    ++steps_;
+  }
+  OptimizerState state(const std::vector<Param*>& params) const override {
+    OptimizerState s;
+    s.steps = steps_;
+    for (auto* p : params) {
+      auto it = velocity_.find(p);
+      if (it != velocity_.end() && !it->second.empty()) s.tensors.push_back({p->name + ".momentum_buffer", it->second});
+    }
+    return s;
+  }
+  void load_state(const std::vector<Param*>& params, const OptimizerState& s) override {
+    steps_ = s.steps;
+    for (auto* p : params) restore_slot(s, p, "momentum_buffer", velocity_[p]);
   }
 
  private:
   OptimizerOptions o_;
+  int64_t steps_ = 0;
   std::unordered_map<Param*, std::vector<float>> velocity_;
 };
 
@@ -53,6 +84,24 @@ class Adam : public Optimizer {
         float denom = float(std::sqrt(double(st.v[k]) / c2) + o_.eps);
         p->value[i] -= float(lr / c1) * st.m[k] / denom;
       }
+    }
+  }
+  OptimizerState state(const std::vector<Param*>& params) const override {
+    OptimizerState s;
+    s.steps = t_;
+    for (auto* p : params) {
+      auto it = state_.find(p);
+      if (it == state_.end() || it->second.m.empty()) continue;
+      s.tensors.push_back({p->name + ".exp_avg", it->second.m});
+      s.tensors.push_back({p->name + ".exp_avg_sq", it->second.v});
+    }
+    return s;
+  }
+  void load_state(const std::vector<Param*>& params, const OptimizerState& s) override {
+    t_ = s.steps;
+    for (auto* p : params) {
+      restore_slot(s, p, "exp_avg", state_[p].m);
+      restore_slot(s, p, "exp_avg_sq", state_[p].v);
     }
   }
 

@@ -18,10 +18,21 @@ struct OptimizerOptions {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
 };
 
+// The state a checkpoint keeps: per parameter, named "<param>.<slot>"
+// (PyTorch's slot names: momentum_buffer; exp_avg, exp_avg_sq), and the
+// number of steps taken.
+struct OptimizerState {
+  std::vector<std::pair<std::string, std::vector<float>>> tensors;
+  int64_t steps = 0;
+};
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
   virtual void step(const std::vector<Param*>& params, double lr) = 0;
+  virtual OptimizerState state(const std::vector<Param*>& params) const = 0;
+  // Restores state(); a parameter without saved slots starts fresh.
+  virtual void load_state(const std::vector<Param*>& params, const OptimizerState& s) = 0;
 };
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& o);

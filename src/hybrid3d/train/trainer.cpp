@@ -20,6 +20,8 @@
 #include "hybrid3d/data/stage.hpp"
 #include "hybrid3d/data/synthetic_segmentation.hpp"
 #include "hybrid3d/data/synthetic_universe.hpp"
+#include "hybrid3d/dist/output_dir.hpp"
+#include "hybrid3d/train/checkpoint.hpp"
 #include "hybrid3d/train/profile_report.hpp"
 #include "hybrid3d/train/safetensors.hpp"
 
@@ -149,12 +151,69 @@ Trainer::Trainer(const Comm& world, TrainOptions o) : o_(std::move(o)) {
   require_writable_dir("--save", o_.save);
   require_writable_dir("--profile", o_.profile);
   require_writable_dir("--metrics", o_.metrics);
-  metrics_.open(o_.metrics, world.rank() == 0);
+  H3D_USAGE_CHECK(o_.checkpoint_every >= 0 && o_.checkpoint_minutes >= 0 && o_.stop_after >= 0 && o_.keep >= 1,
+                  "--checkpoint-every, --checkpoint-minutes and --stop-after must not be negative, --keep at least 1");
+  H3D_USAGE_CHECK(!o_.checkpoint_dir.empty() || (o_.checkpoint_every == 0 && o_.checkpoint_minutes == 0 &&
+                                                  o_.stop_after == 0 && o_.resume != "auto"),
+                  "--checkpoint-every, --checkpoint-minutes, --stop-after and --resume auto need --checkpoint-dir");
+  if (!o_.checkpoint_dir.empty()) create_output_dir(world, o_.checkpoint_dir, "--checkpoint-dir");
+  if (!o_.resume.empty()) resume_from_checkpoint(world);
+  metrics_.open(o_.metrics, world.rank() == 0, start_step_ > 0);
 }
 
 Trainer::~Trainer() = default;
 
 std::vector<int64_t> Trainer::global_batch(int64_t step) const { return sampler_->batch(step); }
+
+nlohmann::json Trainer::run_info() const {
+  const ModelOptions& m = o_.model;
+  return {{"model", {{"model", m.model}, {"input_size", m.input_size}, {"in_channels", model_in_channels(m)},
+                     {"kernel_size", m.kernel_size}, {"batchnorm", m.batchnorm}, {"dropout", m.dropout},
+                     {"classes", m.classes}, {"base_channels", m.base_channels}, {"levels", m.levels}}},
+          {"optimizer", o_.optimizer.kind},
+          {"seed", m.seed},
+          {"batch_size", o_.batch_size},
+          {"layout", grid_->describe()},
+          {"data", o_.data}};
+}
+
+void Trainer::resume_from_checkpoint(const Comm& world) {
+  const bool autom = o_.resume == "auto";
+  const std::string spec = autom ? o_.checkpoint_dir : o_.resume;
+  // Rank 0 finds and verifies; every rank then loads the same checkpoint.
+  char path[1024] = {}, warnings[4096] = {};
+  if (world.rank() == 0) {
+    const FoundCheckpoint f = find_checkpoint(spec);
+    std::snprintf(path, sizeof path, "%s", f.path.c_str());
+    std::snprintf(warnings, sizeof warnings, "%s", f.warnings.c_str());
+  }
+  world.bcast(path, sizeof path, 0);
+  world.bcast(warnings, sizeof warnings, 0);
+  if (world.rank() == 0 && warnings[0]) std::fprintf(stderr, "hybrid3d: warning: %s", warnings), std::fflush(stderr);
+  if (path[0] == 0) {
+    H3D_USAGE_CHECK(autom, "--resume '" << spec << "': no usable checkpoint there" << (warnings[0] ? " (see above)" : ""));
+    if (world.rank() == 0 && !o_.quiet) std::printf("resume: no checkpoint in '%s' yet; starting afresh\n", spec.c_str());
+    return;
+  }
+  const LoadedCheckpoint c = load_checkpoint(path, net_, *opt_);
+  const nlohmann::json now = run_info();
+  for (const char* key : {"model", "optimizer", "seed", "batch_size"})
+    H3D_USAGE_CHECK(c.run.contains(key) && c.run[key] == now[key],
+                    "--resume: checkpoint '" << path << "' was written with " << key << " "
+                                             << (c.run.contains(key) ? c.run[key].dump() : "?") << ", this run has "
+                                             << now[key].dump() << "; use the same, or start afresh");
+  H3D_USAGE_CHECK(c.step <= total_steps_, "--resume: checkpoint '" << path << "' is at step " << c.step
+                                                                   << ", past this run's " << total_steps_ << " steps");
+  start_step_ = c.step;
+  if (world.rank() == 0 && !o_.quiet)
+    std::printf("resume: %s at step %lld (written under %s)\n", path, (long long)c.step,
+                c.run.value("layout", std::string("?")).c_str());
+}
+
+void Trainer::checkpoint(int64_t steps_done) {
+  if (grid_->world().rank() == 0) write_checkpoint(o_.checkpoint_dir, steps_done, net_, *opt_, run_info(), o_.keep);
+  grid_->world().barrier();
+}
 
 void Trainer::open_data(const Comm& world, const Comm& group) {
   const bool split = o_.val_fraction > 0 || o_.test_fraction > 0;
@@ -407,8 +466,9 @@ void Trainer::run() {
   int64_t window_n = 0;
   Profiler& profiler = Profiler::instance();
   int64_t profiled_steps = 0;
-  for (int64_t step = 0; step < total_steps_; ++step) {
-    if (!o_.profile.empty() && step == std::min<int64_t>(1, total_steps_ - 1)) {
+  auto last_checkpoint = std::chrono::steady_clock::now();
+  for (int64_t step = start_step_; step < total_steps_; ++step) {
+    if (!o_.profile.empty() && step == std::min<int64_t>(start_step_ + 1, total_steps_ - 1)) {
       // The first step creates primitives and touches fresh memory: leave it
       // out of the profile unless it is the only one.
       profiler.enable(true);
@@ -446,6 +506,22 @@ void Trainer::run() {
       window_n = 0;
     }
     if ((step + 1) % val_every == 0 && step + 1 != total_steps_) run_validation(step + 1);
+    if (o_.checkpoint_dir.empty()) continue;
+    // Rank 0's clock decides time-based checkpoints, for every rank alike.
+    int due = (o_.checkpoint_every > 0 && (step + 1) % o_.checkpoint_every == 0) ||
+              (o_.checkpoint_minutes > 0 && seconds_since(last_checkpoint) >= 60 * o_.checkpoint_minutes);
+    grid_->world().bcast(&due, sizeof due, 0);
+    const bool stop = o_.stop_after > 0 && step + 1 - start_step_ == o_.stop_after && step + 1 < total_steps_;
+    if (due || stop || step + 1 == total_steps_) {
+      checkpoint(step + 1);
+      last_checkpoint = std::chrono::steady_clock::now();
+    }
+    if (stop) {
+      say("stopped after " + std::to_string(o_.stop_after) + " steps of this job, at step " + std::to_string(step + 1) +
+          " of " + std::to_string(total_steps_) + "; checkpoint in " + o_.checkpoint_dir +
+          " (continue with --resume auto)");
+      return;
+    }
   }
   if (profiler.enabled()) {
     profiler.enable(false);  // validation is not profiled

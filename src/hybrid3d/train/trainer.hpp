@@ -60,6 +60,13 @@ struct TrainOptions {
   SegLossOptions seg_loss;  // segmentation models
   std::string intensity_window;  // segmentation files: "LO,HI" clips and scales to [0, 1]
   bool random_crop = false, flip = false;  // segmentation training augmentation (data/augment.hpp)
+  // Checkpoints (train/checkpoint.hpp): every N steps and/or M minutes, the
+  // newest `keep` kept; --resume a checkpoint, or "auto" (the newest valid
+  // one in checkpoint_dir, else a fresh start); stop after N steps of this job.
+  std::string checkpoint_dir, resume;
+  int64_t checkpoint_every = 0, stop_after = 0;
+  double checkpoint_minutes = 0;
+  int keep = 2;
 };
 
 struct ValidationResult {
@@ -102,6 +109,10 @@ class Trainer {
   // The ids this rank's data group loads at `step`.
   std::vector<int64_t> local_batch(int64_t step) const;
   void open_data(const Comm& world, const Comm& group);
+  // What a checkpoint records of this run, and what a resume must match.
+  nlohmann::json run_info() const;
+  void resume_from_checkpoint(const Comm& world);
+  void checkpoint(int64_t steps_done);
 
   TrainOptions o_;
   std::unique_ptr<ProcessGrid> grid_;
@@ -122,6 +133,7 @@ class Trainer {
   bool augmented_ = false;  // training ids carry the epoch (AugmentedSource)
   std::unique_ptr<Prefetcher> prefetch_;  // null: load in the step
   double last_data_wait_ = 0;
+  int64_t start_step_ = 0;  // > 0 after a resume
 };
 
 }  // namespace h3d

@@ -1,0 +1,215 @@
+#include "hybrid3d/train/checkpoint.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "hybrid3d/core/error.hpp"
+#include "hybrid3d/core/rng.hpp"
+#include "hybrid3d/train/safetensors.hpp"
+
+namespace h3d {
+
+namespace {
+
+constexpr const char* kVersion = "hybrid3d 0.5";
+
+std::string checksum(const float* v, size_t n) {
+  char buf[20];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(fnv1a(v, n * sizeof(float))));
+  return buf;
+}
+
+void sync_path(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  if (fd < 0) H3D_THROW(Error, "checkpoint: cannot open '" << path << "' to sync it: " << std::strerror(errno));
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) H3D_THROW(Error, "checkpoint: cannot sync '" << path << "': " << std::strerror(errno));
+}
+
+std::string ckpt_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "ckpt-%06lld", static_cast<long long>(step));
+  return buf;
+}
+
+// The checkpoint directories under `dir`, newest (highest step) first.
+std::vector<std::string> list_checkpoints(const std::string& dir) {
+  std::vector<std::string> out;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      const std::string n = e->d_name;
+      if (n.rfind("ckpt-", 0) == 0 && n.find(".tmp") == std::string::npos) out.push_back(n);
+    }
+    closedir(d);
+  }
+  std::sort(out.rbegin(), out.rend());
+  return out;
+}
+
+void remove_tree(const std::string& dir) {
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d))
+      if (e->d_name[0] != '.') ::unlink((dir + "/" + e->d_name).c_str());
+    closedir(d);
+  }
+  ::rmdir(dir.c_str());
+}
+
+nlohmann::json read_meta(const std::string& path) {
+  std::ifstream f(path + "/meta.json");
+  if (!f) throw std::runtime_error("has no readable meta.json");
+  nlohmann::json m;
+  try {
+    f >> m;
+  } catch (const std::exception&) {
+    throw std::runtime_error("has a malformed meta.json");
+  }
+  if (!m.contains("step") || !m.contains("checksums") || !m.contains("run"))
+    throw std::runtime_error("has a meta.json without step, checksums or run");
+  return m;
+}
+
+// Loads both files and checks every tensor against meta.json; throws
+// runtime_error saying what is wrong.
+void verified(const std::string& path, const nlohmann::json& meta, std::map<std::string, LoadedTensor>& model,
+              std::map<std::string, LoadedTensor>& optim) {
+  for (auto* pair : {&model, &optim}) {
+    const char* file = pair == &model ? "model.safetensors" : "optimizer.safetensors";
+    try {
+      *pair = load_safetensors(path + "/" + file);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(std::string("has a damaged ") + file + " (" + e.what() + ")");
+    }
+    const auto& sums = meta["checksums"][file];
+    for (auto it = sums.begin(); it != sums.end(); ++it) {
+      auto t = pair->find(it.key());
+      if (t == pair->end()) throw std::runtime_error(std::string(file) + " lacks tensor '" + it.key() + "'");
+      if (checksum(t->second.data.data(), t->second.data.size()) != it.value().get<std::string>())
+        throw std::runtime_error(std::string(file) + ": tensor '" + it.key() + "' fails its checksum");
+    }
+  }
+}
+
+}  // namespace
+
+void write_checkpoint(const std::string& dir, int64_t step, Network& net, const Optimizer& opt,
+                      const nlohmann::json& info, int keep) {
+  const std::string name = ckpt_name(step), final_dir = dir + "/" + name, tmp = final_dir + ".tmp";
+  remove_tree(tmp);  // a leftover of a crash
+  if (::mkdir(tmp.c_str(), 0777) != 0)
+    H3D_THROW(Error, "checkpoint: cannot create '" << tmp << "': " << std::strerror(errno));
+  nlohmann::json sums = {{"model.safetensors", nlohmann::json::object()},
+                         {"optimizer.safetensors", nlohmann::json::object()}};
+  std::vector<NamedTensor> model;
+  for (auto* p : net.params()) {
+    model.push_back({p->name, &p->value, false});
+    sums["model.safetensors"][p->name] = checksum(p->value.data(), size_t(p->value.numel()));
+  }
+  for (auto* b : net.buffers()) {
+    model.push_back({b->name, &b->value, b->is_integer});
+    sums["model.safetensors"][b->name] = checksum(b->value.data(), size_t(b->value.numel()));
+  }
+  const OptimizerState st = opt.state(net.params());
+  std::vector<Tensor> slots;
+  slots.reserve(st.tensors.size());
+  std::vector<NamedTensor> optim;
+  for (const auto& t : st.tensors) {
+    slots.emplace_back(std::vector<int64_t>{int64_t(t.second.size())});
+    std::copy(t.second.begin(), t.second.end(), slots.back().data());
+    optim.push_back({t.first, &slots.back(), false});
+    sums["optimizer.safetensors"][t.first] = checksum(t.second.data(), t.second.size());
+  }
+  save_safetensors(tmp + "/model.safetensors", model, {{"step", std::to_string(step)}});
+  save_safetensors(tmp + "/optimizer.safetensors", optim, {{"step", std::to_string(step)}});
+  const nlohmann::json meta = {{"step", step},       {"optimizer_steps", st.steps}, {"version", kVersion},
+                               {"run", info},        {"checksums", sums}};
+  {
+    std::ofstream f(tmp + "/meta.json");
+    f << meta.dump(1) << "\n";
+    if (!f) H3D_THROW(Error, "checkpoint: cannot write '" << tmp << "/meta.json' (disk full?)");
+  }
+  for (const char* f : {"model.safetensors", "optimizer.safetensors", "meta.json"}) sync_path(tmp + "/" + f, false);
+  sync_path(tmp, true);
+  remove_tree(final_dir);  // the same step written before (a rerun)
+  if (std::rename(tmp.c_str(), final_dir.c_str()) != 0)
+    H3D_THROW(Error, "checkpoint: cannot rename '" << tmp << "': " << std::strerror(errno));
+  const std::string latest = dir + "/latest", latest_tmp = latest + ".tmp";
+  {
+    std::ofstream f(latest_tmp);
+    f << name << "\n";
+    if (!f) H3D_THROW(Error, "checkpoint: cannot write '" << latest_tmp << "'");
+  }
+  sync_path(latest_tmp, false);
+  if (std::rename(latest_tmp.c_str(), latest.c_str()) != 0)
+    H3D_THROW(Error, "checkpoint: cannot rename '" << latest_tmp << "': " << std::strerror(errno));
+  sync_path(dir, true);
+  const std::vector<std::string> all = list_checkpoints(dir);
+  for (size_t i = size_t(std::max(keep, 1)); i < all.size(); ++i) remove_tree(dir + "/" + all[i]);
+}
+
+FoundCheckpoint find_checkpoint(const std::string& spec) {
+  FoundCheckpoint found;
+  std::vector<std::string> candidates;
+  struct stat st {};
+  if (::stat((spec + "/meta.json").c_str(), &st) == 0) {
+    candidates.push_back(spec);
+  } else {
+    for (const auto& n : list_checkpoints(spec)) candidates.push_back(spec + "/" + n);
+  }
+  for (const auto& c : candidates) {
+    try {
+      const nlohmann::json meta = read_meta(c);
+      std::map<std::string, LoadedTensor> model, optim;
+      verified(c, meta, model, optim);
+      found.path = c;
+      return found;
+    } catch (const std::exception& e) {
+      found.warnings += "checkpoint '" + c + "' " + e.what() + "; trying the one before\n";
+    }
+  }
+  return found;
+}
+
+LoadedCheckpoint load_checkpoint(const std::string& path, Network& net, Optimizer& opt) {
+  nlohmann::json meta;
+  std::map<std::string, LoadedTensor> model, optim;
+  try {
+    meta = read_meta(path);
+    verified(path, meta, model, optim);
+  } catch (const std::exception& e) {
+    H3D_THROW(UsageError, "--resume: checkpoint '" << path << "' " << e.what());
+  }
+  for (auto* p : net.params()) {
+    auto it = model.find(p->name);
+    H3D_USAGE_CHECK(it != model.end() && it->second.shape == p->value.shape(),
+                    "--resume: checkpoint '" << path << "' has no tensor '" << p->name << "' of shape "
+                                             << p->value.shape_str() << " (another model?)");
+    std::copy(it->second.data.begin(), it->second.data.end(), p->value.data());
+  }
+  for (auto* b : net.buffers()) {
+    auto it = model.find(b->name);
+    H3D_USAGE_CHECK(it != model.end() && int64_t(it->second.data.size()) == b->value.numel(),
+                    "--resume: checkpoint '" << path << "' has no buffer '" << b->name << "'");
+    std::copy(it->second.data.begin(), it->second.data.end(), b->value.data());
+  }
+  OptimizerState st;
+  st.steps = meta.value("optimizer_steps", int64_t(0));
+  for (auto& kv : optim) st.tensors.push_back({kv.first, kv.second.data});
+  opt.load_state(net.params(), st);
+  LoadedCheckpoint out;
+  out.step = meta["step"].get<int64_t>();
+  out.run = meta["run"];
+  return out;
+}
+
+}  // namespace h3d

@@ -1,0 +1,52 @@
+// Checkpoints: everything a run needs to continue, in a directory.
+//
+//   DIR/ckpt-000120/model.safetensors      weights and batch-norm statistics
+//                                          (PyTorch names: loads in PyTorch)
+//   DIR/ckpt-000120/optimizer.safetensors  momentum / Adam moments per parameter
+//   DIR/ckpt-000120/meta.json              step, optimizer steps, the model and
+//                                          run options, layout, version, and a
+//                                          checksum (FNV-1a) of every tensor
+//   DIR/latest                             the name of the newest checkpoint
+//
+// Everything else a run depends on is a pure function of (seed, step): the
+// sample order of every epoch, dropout masks, augmentation draws, synthetic
+// data, the learning-rate schedule. So the step is the whole of the
+// "random state", and a run resumed under another layout sees the same
+// samples and masks.
+//
+// Writing is atomic: files go into DIR/ckpt-N.tmp, are synced, the
+// directory is synced and renamed, then `latest` is replaced by a rename.
+// A crash at any moment leaves the previous checkpoint whole. Only the
+// newest `keep` checkpoints are kept. Loading verifies every checksum; a
+// damaged checkpoint is reported and the one before it used.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "hybrid3d/models/network.hpp"
+#include "hybrid3d/train/optimizer.hpp"
+
+namespace h3d {
+
+// Writes checkpoint `step` (call on one rank: the state is replicated).
+// `info` goes into meta.json as "run". Throws Error naming what failed; the
+// previous checkpoint is untouched then.
+void write_checkpoint(const std::string& dir, int64_t step, Network& net, const Optimizer& opt,
+                      const nlohmann::json& info, int keep);
+
+struct FoundCheckpoint {
+  std::string path;      // empty: none usable
+  std::string warnings;  // damaged ones skipped, one line each
+};
+// The newest checkpoint under `spec` whose checksums hold: `spec` is a
+// checkpoint directory itself or a directory of them (newest first).
+FoundCheckpoint find_checkpoint(const std::string& spec);
+
+struct LoadedCheckpoint {
+  int64_t step = 0;
+  nlohmann::json run;  // the `info` it was written with
+};
+// Loads weights, buffers and optimizer state of a checkpoint found above.
+LoadedCheckpoint load_checkpoint(const std::string& path, Network& net, Optimizer& opt);
+
+}  // namespace h3d
