@@ -211,8 +211,16 @@ void Trainer::resume_from_checkpoint(const Comm& world) {
 }
 
 void Trainer::checkpoint(int64_t steps_done) {
+  const auto t0 = std::chrono::steady_clock::now();
   if (grid_->world().rank() == 0) write_checkpoint(o_.checkpoint_dir, steps_done, net_, *opt_, run_info(), o_.keep);
   grid_->world().barrier();
+  if (grid_->world().rank() == 0 && !o_.quiet) {
+    int64_t floats = 0;
+    for (auto* p : net_.params()) floats += p->value.numel();
+    std::printf("checkpoint at step %lld in %.2f s (%.0f MiB of weights, plus optimizer state)\n",
+                (long long)steps_done, seconds_since(t0), double(floats) * 4 / (1 << 20));
+    std::fflush(stdout);
+  }
 }
 
 void Trainer::open_data(const Comm& world, const Comm& group) {

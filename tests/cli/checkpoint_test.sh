@@ -1,0 +1,73 @@
+#!/bin/bash
+# Checkpoint and resume: 6 steps against 3 steps + resume + 3 steps give
+# bitwise the same losses and final weights on the same layout (cosmoflow
+# with dropout and Adam; unet3d with random crops and flips); a run resumed
+# on another layout (2 ranks -> 4, 4 -> 1) agrees within tolerance; a
+# damaged newest checkpoint is reported and the one before used; a
+# checkpoint of another model is refused.
+source "$(dirname "$0")/setup.sh"
+cd "$WORK"
+# Each step's loss and each validation's first number, as printed.
+numbers() { awk '$1 == "step" {print $2, $4} $1 == "validation" {print $4, $6}' | tr '\n' ' '; }
+close() {  # two number lists within 2e-5
+  "$PY" -c "
+import sys
+a, b = [[float(x) for x in s.split() if not x.endswith((':', '/6', '/8'))] for s in sys.argv[1:3]]
+assert len(a) == len(b) > 0 and all(abs(x - y) <= 2e-5 for x, y in zip(a, b)), (a, b)" "$1" "$2"
+}
+
+C="train --model cosmoflow --input-size 32 --batch-size 2 --train-samples 8 --val-samples 4 --steps 6 --dropout 0.3
+   --optimizer adam --lr 1e-3 --log-every 1 --threads 1"
+full=$("$BIN" $C --save full.safetensors | numbers)
+"$BIN" $C --checkpoint-dir ck --stop-after 3 --quiet
+resumed=$("$BIN" $C --checkpoint-dir ck --resume auto --save resumed.safetensors | numbers)
+[ "$resumed" = "$(cut -d' ' -f7- <<<"$full")" ] || { echo "FAIL cosmoflow resume: '$resumed' vs '$full'"; exit 1; }
+cmp -s full.safetensors resumed.safetensors || { echo "FAIL cosmoflow resume: final weights differ"; exit 1; }
+echo "ok   cosmoflow (dropout, Adam): 3 steps + resume + 3 steps = 6 steps, bitwise (losses, validation, weights)"
+
+"$BIN" generate --kind segmentation --out cases --count 6 --size 32 --quiet
+U="train --model unet3d --input-size 16 --base-channels 4 --levels 2 --batch-size 2 --steps 6 --random-crop --flip
+   --optimizer adam --lr 1e-3 --log-every 1 --val-samples 0 --threads 1 --data cases"
+full=$("$BIN" $U --save ufull.safetensors | numbers)
+"$BIN" $U --checkpoint-dir uck --stop-after 3 --quiet
+resumed=$("$BIN" $U --checkpoint-dir uck --resume auto --save uresumed.safetensors | numbers)
+[ "$resumed" = "$(cut -d' ' -f7- <<<"$full")" ] || { echo "FAIL unet3d resume: '$resumed' vs '$full'"; exit 1; }
+cmp -s ufull.safetensors uresumed.safetensors || { echo "FAIL unet3d resume: final weights differ"; exit 1; }
+echo "ok   unet3d (random crops, flips, batch norm, Adam): 3 + resume + 3 = 6 steps, bitwise"
+
+# Across layouts: written on 2 ranks (2x1x1), resumed on 4 (2x2x1); written on 4, resumed on 1.
+ref=$("$BIN" $C | numbers)
+$MPI -np 2 "$BIN" $C --spatial 2x1x1 --checkpoint-dir x1 --stop-after 3 --quiet
+a=$($MPI -np 4 "$BIN" $C --spatial 2x2x1 --checkpoint-dir x1 --resume auto | numbers)
+close "$a" "$(cut -d' ' -f7- <<<"$ref")" || { echo "FAIL resume 2 -> 4 ranks: '$a' vs '$ref'"; exit 1; }
+$MPI -np 4 "$BIN" $C --spatial 1x2x1 --checkpoint-dir x2 --stop-after 3 --quiet
+b=$("$BIN" $C --checkpoint-dir x2 --resume auto | numbers)
+close "$b" "$(cut -d' ' -f7- <<<"$ref")" || { echo "FAIL resume 4 -> 1 rank: '$b' vs '$ref'"; exit 1; }
+echo "ok   resume across layouts: 2x1x1 -> 2x2x1 and 4 ranks -> 1 agree with the uninterrupted run"
+
+# A bit flipped in the newest checkpoint's weights: reported, the previous one used.
+"$BIN" $C --checkpoint-dir bad --checkpoint-every 2 --stop-after 4 --quiet
+"$PY" - <<'PYEOF'
+p = "bad/ckpt-000004/model.safetensors"
+raw = bytearray(open(p, "rb").read())
+raw[-100] ^= 0x10
+open(p, "wb").write(bytes(raw))
+PYEOF
+out=$("$BIN" $C --checkpoint-dir bad --resume auto 2>&1)
+grep -q "checkpoint 'bad/ckpt-000004' .*fails its checksum; trying the one before" <<<"$out" ||
+  { echo "FAIL corrupt checkpoint not reported: $out"; exit 1; }
+grep -q "resume: bad/ckpt-000002 at step 2" <<<"$out" || { echo "FAIL previous checkpoint not used: $out"; exit 1; }
+truncate -s 100 bad/ckpt-000006/optimizer.safetensors  # written by the resumed run
+set +e
+msg=$("$BIN" $C --resume bad/ckpt-000006 2>&1)
+code=$?
+set -e
+[ "$code" -eq 2 ] && grep -q "damaged optimizer.safetensors" <<<"$msg" || { echo "FAIL truncated: exit $code, $msg"; exit 1; }
+echo "ok   a bit-flipped newest checkpoint is reported and the previous one used; a truncated one is refused"
+
+set +e
+msg=$("$BIN" $C --checkpoint-dir ck --resume auto --dropout 0.1 2>&1)
+code=$?
+set -e
+[ "$code" -eq 2 ] && grep -q "was written with model" <<<"$msg" || { echo "FAIL other model: exit $code, $msg"; exit 1; }
+echo "ok   a checkpoint of another model is refused (exit 2)"
