@@ -4,7 +4,9 @@
 //    printed once and every rank exits 2, after agreeing over MPI that some
 //    rank failed (so a failure on one rank never leaves the others waiting);
 //  - any other error during training is printed by the failing rank, which
-//    then aborts the whole job (MPI_Abort), so nothing hangs.
+//    then aborts the whole job (MPI_Abort), so nothing hangs;
+//  - SIGTERM / SIGINT stops training after the current step with a
+//    checkpoint: exit 4 (a second signal ends the process at once).
 #include <mpi.h>
 #include <omp.h>
 
@@ -20,6 +22,7 @@
 #include "hybrid3d/data/preprocess.hpp"
 #include "hybrid3d/data/universe_writer.hpp"
 #include "hybrid3d/train/predictor.hpp"
+#include "hybrid3d/train/stop_signal.hpp"
 #include "hybrid3d/train/trainer.hpp"
 
 namespace {
@@ -321,7 +324,9 @@ int main(int argc, char** argv) {
     }
 
     try {
+      h3d::install_stop_handlers();
       trainer->run();
+      if (trainer->stopped_by_signal()) code = 4;
     } catch (const h3d::UsageError& e) {
       // Detected identically by every rank (a non-finite loss): one message, clean exit.
       if (world.rank() == 0) print_error(e, 0, 1);

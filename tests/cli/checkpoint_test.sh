@@ -71,3 +71,47 @@ code=$?
 set -e
 [ "$code" -eq 2 ] && grep -q "was written with model" <<<"$msg" || { echo "FAIL other model: exit $code, $msg"; exit 1; }
 echo "ok   a checkpoint of another model is refused (exit 2)"
+
+# Signals and kills on a real 2-rank job (one rank's process, not mpirun).
+L="train --model cosmoflow --input-size 32 --batch-size 2 --train-samples 8 --val-samples 0 --steps 100000
+   --log-every 1000 --threads 1 --checkpoint-every 20"
+rank_pid() {  # a rank of the job whose metrics file is $1
+  for p in $(pgrep -f "$1"); do [ "$(cat /proc/$p/comm 2>/dev/null)" = hybrid3d ] && echo "$p"; done | tail -1
+}
+wait_for() {  # until file $1 exists, at most 60 s
+  for _ in $(seq 600); do [ -e "$1" ] && return 0; sleep 0.1; done
+  return 1
+}
+start=$(date +%s)
+$MPI -np 2 "$BIN" $L --checkpoint-dir term --metrics "$WORK/term.jsonl" >term.log 2>&1 &
+job=$!
+wait_for term/latest || { echo "FAIL SIGTERM: no first checkpoint"; exit 1; }
+kill -TERM "$(rank_pid term.jsonl)"
+set +e
+wait $job
+code=$?
+set -e
+grep -q "stopped by a signal after step" term.log && [ "$code" -eq 4 ] ||
+  { echo "FAIL SIGTERM: exit $code, $(tail -3 term.log)"; exit 1; }
+stopped=$(sed -n 's/.*stopped by a signal after step \([0-9]*\) .*/\1/p' term.log)
+[ "$(cat term/latest)" = "$(printf 'ckpt-%06d' "$stopped")" ] || { echo "FAIL SIGTERM: latest is $(cat term/latest)"; exit 1; }
+out=$("$BIN" ${L/--steps 100000/--steps $((stopped + 2))} --checkpoint-dir term --resume auto)
+grep -q "resume: term/ckpt-$(printf '%06d' "$stopped") at step $stopped" <<<"$out" || { echo "FAIL resume after SIGTERM: $out"; exit 1; }
+echo "ok   SIGTERM on one rank: step $stopped finished, checkpoint written, exit 4, resumed ($(($(date +%s) - start)) s)"
+
+start=$(date +%s)
+$MPI -np 2 "$BIN" $L --checkpoint-dir killed --metrics "$WORK/kill.jsonl" >kill.log 2>&1 &
+job=$!
+wait_for killed/latest || { echo "FAIL SIGKILL: no first checkpoint"; exit 1; }
+kill -KILL "$(rank_pid kill.jsonl)"
+set +e
+timeout 60 tail --pid=$job -f /dev/null
+waited=$?
+wait $job
+code=$?
+set -e
+[ "$waited" -eq 0 ] && [ "$code" -ne 0 ] || { echo "FAIL SIGKILL: the job did not end (timeout $waited, exit $code)"; kill -KILL $job; exit 1; }
+last=$(cat killed/latest)
+out=$("$BIN" ${L/--steps 100000/--steps $((10#${last#ckpt-} + 1))} --checkpoint-dir killed --resume auto)
+grep -q "resume: killed/$last" <<<"$out" || { echo "FAIL resume after SIGKILL: $out"; exit 1; }
+echo "ok   SIGKILL of one rank: the job ended in $(($(date +%s) - start)) s (exit $code); resumed from $last"

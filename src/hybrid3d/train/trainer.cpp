@@ -23,6 +23,7 @@
 #include "hybrid3d/dist/output_dir.hpp"
 #include "hybrid3d/train/checkpoint.hpp"
 #include "hybrid3d/train/profile_report.hpp"
+#include "hybrid3d/train/stop_signal.hpp"
 #include "hybrid3d/train/safetensors.hpp"
 
 namespace h3d {
@@ -514,6 +515,15 @@ void Trainer::run() {
       window_n = 0;
     }
     if ((step + 1) % val_every == 0 && step + 1 != total_steps_) run_validation(step + 1);
+    // A signal on any rank stops every rank after this step.
+    if (grid_->world().allreduce_max(stop_requested() ? 1.0 : 0.0) > 0 && step + 1 < total_steps_) {
+      stopped_by_signal_ = true;
+      if (!o_.checkpoint_dir.empty()) checkpoint(step + 1);
+      say("stopped by a signal after step " + std::to_string(step + 1) + " of " + std::to_string(total_steps_) +
+          (o_.checkpoint_dir.empty() ? std::string("; no --checkpoint-dir, nothing saved")
+                                     : "; checkpoint in " + o_.checkpoint_dir + " (continue with --resume auto)"));
+      return;
+    }
     if (o_.checkpoint_dir.empty()) continue;
     // Rank 0's clock decides time-based checkpoints, for every rank alike.
     int due = (o_.checkpoint_every > 0 && (step + 1) % o_.checkpoint_every == 0) ||

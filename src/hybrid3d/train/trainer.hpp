@@ -85,6 +85,8 @@ class Trainer {
   ~Trainer();
 
   void run();                         // the whole job: steps, validation, --save
+  // run() ended early on SIGTERM / SIGINT (after a checkpoint, if any).
+  bool stopped_by_signal() const { return stopped_by_signal_; }
   double train_step(int64_t step);    // one step; returns the global loss
   ValidationResult validate() { return evaluate(val_src_.get()); }
   // Every sample of `src` once (null: nothing).
@@ -134,6 +136,7 @@ class Trainer {
   std::unique_ptr<Prefetcher> prefetch_;  // null: load in the step
   double last_data_wait_ = 0;
   int64_t start_step_ = 0;  // > 0 after a resume
+  bool stopped_by_signal_ = false;
 };
 
 }  // namespace h3d
