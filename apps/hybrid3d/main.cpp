@@ -166,6 +166,9 @@ int main(int argc, char** argv) {
     train->add_option("--resume", o.resume,
                       "continue from a checkpoint (a ckpt-N directory or a --checkpoint-dir), or auto: the newest "
                       "valid one in --checkpoint-dir, else a fresh start; any layout");
+    train->add_flag("--skip-nonfinite", o.skip_nonfinite,
+                    "skip the update of a step whose loss or gradients are not finite (counted in the metrics) "
+                    "instead of stopping");
     train->add_option("--stop-after", o.stop_after,
                       "stop after N steps of this job with a checkpoint (a job-length budget; resume continues)");
     train->add_option("--profile", o.profile,

@@ -115,3 +115,22 @@ last=$(cat killed/latest)
 out=$("$BIN" ${L/--steps 100000/--steps $((10#${last#ckpt-} + 1))} --checkpoint-dir killed --resume auto)
 grep -q "resume: killed/$last" <<<"$out" || { echo "FAIL resume after SIGKILL: $out"; exit 1; }
 echo "ok   SIGKILL of one rank: the job ended in $(($(date +%s) - start)) s (exit $code); resumed from $last"
+
+# --skip-nonfinite: steps whose loss is not finite are skipped and counted (default: stop, exit 3).
+out=$("$BIN" train --input-size 32 --batch-size 2 --train-samples 4 --val-samples 0 --steps 6 --lr 1e12 --threads 1 \
+  --skip-nonfinite --metrics nf.jsonl --save nf.safetensors)
+n=$(grep -c '"skipped":true' nf.jsonl)
+[ "$n" -ge 1 ] && grep -q "skipped $n step(s) whose loss or gradients were not finite" <<<"$out" ||
+  { echo "FAIL --skip-nonfinite: $n skipped in the metrics, $(tail -2 <<<"$out")"; exit 1; }
+"$PY" -c "
+import json, struct, sys
+import numpy as np
+raw = open('nf.safetensors', 'rb').read()
+n = struct.unpack('<Q', raw[:8])[0]
+h = json.loads(raw[8:8 + n])
+for k, v in h.items():
+    if k != '__metadata__' and v['dtype'] == 'F32':
+        a, b = v['data_offsets']
+        assert np.isfinite(np.frombuffer(raw[8 + n + a:8 + n + b], np.float32)).all(), k
+" || { echo "FAIL --skip-nonfinite: non-finite weights saved"; exit 1; }
+echo "ok   --skip-nonfinite: $n non-finite steps skipped and counted, the saved weights finite"

@@ -322,10 +322,23 @@ double Trainer::loss_and_gradient(int64_t step) {
     grid_->replicas().allreduce_sum(&sse, 1);
     loss = sse / denom;
   }
-  if (!std::isfinite(loss))
+  if (!std::isfinite(loss) && !o_.skip_nonfinite)
     H3D_THROW(UsageError, "the loss is " << loss << " at step " << step
-                                          << "; training stopped (lower --lr, or check the input data and --transform)");
+                                          << "; training stopped (lower --lr, check the input data and --transform, "
+                                          << "or --skip-nonfinite)");
   return loss;
+}
+
+std::string Trainer::first_nonfinite_gradient() {
+  // The gradients are reduced, so every rank finds the same answer.
+  const auto& layers = net_.layers();
+  for (size_t l = layers.size(); l-- > 0;)
+    for (auto* p : layers[l]->params()) {
+      const float* g = p->grad.data();
+      for (int64_t i = 0; i < p->grad.numel(); ++i)
+        if (!std::isfinite(g[i])) return p->name;
+    }
+  return "";
 }
 
 double Trainer::train_step(int64_t step) {
@@ -352,6 +365,16 @@ double Trainer::train_step(int64_t step) {
   const double loss = loss_and_gradient(step);
   net_.backward(ctx, std::move(dout_), [this](const std::vector<Param*>& ps) { reducer_.ready(ps); });
   reducer_.finish();
+  last_skipped_ = false;
+  const std::string bad = std::isfinite(loss) ? first_nonfinite_gradient() : "(the loss)";
+  if (!bad.empty()) {
+    H3D_USAGE_CHECK(o_.skip_nonfinite, "the gradient of '" << bad << "' is not finite at step " << step
+                                                            << " (the first such parameter in backward order); "
+                                                            << "training stopped (lower --lr, or --skip-nonfinite)");
+    ++skipped_steps_;
+    last_skipped_ = true;
+    return loss;  // no update: the weights stay those of the last good step
+  }
   ProfileScope timed(prof::kOptimizer);
   opt_->step(net_.params(), o_.schedule.at(step));
   return loss;
@@ -502,7 +525,7 @@ void Trainer::run() {
     double sps = double(o_.batch_size) / dt;
     metrics_.write({{"type", "train"}, {"step", step}, {"epoch", step / steps_per_epoch_}, {"loss", loss},
                     {"lr", o_.schedule.at(step)}, {"step_time_s", dt}, {"samples_per_s", sps},
-                    {"data_wait_s", last_data_wait_}});
+                    {"data_wait_s", last_data_wait_}, {"skipped", last_skipped_}});
     if ((step + 1) % o_.log_every == 0 || step + 1 == total_steps_) {
       double avg = window_t / double(window_n);
       char buf[256];
@@ -549,6 +572,8 @@ void Trainer::run() {
   }
   run_validation(total_steps_);
   run_evaluation(test_src_.get(), "test", "test", total_steps_);
+  if (skipped_steps_ > 0)
+    say("skipped " + std::to_string(skipped_steps_) + " step(s) whose loss or gradients were not finite");
   if (const DataStore* store = store_) {
     char buf[160];
     std::snprintf(buf, sizeof buf, "data store (rank 0): %lld blocks from memory, %lld read from files, %.1f MiB kept",

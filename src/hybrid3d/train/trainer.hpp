@@ -67,6 +67,8 @@ struct TrainOptions {
   int64_t checkpoint_every = 0, stop_after = 0;
   double checkpoint_minutes = 0;
   int keep = 2;
+  // A step whose loss or gradients are not finite: stop (default) or skip its update.
+  bool skip_nonfinite = false;
 };
 
 struct ValidationResult {
@@ -137,6 +139,10 @@ class Trainer {
   double last_data_wait_ = 0;
   int64_t start_step_ = 0;  // > 0 after a resume
   bool stopped_by_signal_ = false;
+  int64_t skipped_steps_ = 0;
+  bool last_skipped_ = false;
+  // The first parameter, in backward order, whose gradient is not finite ("" if none).
+  std::string first_nonfinite_gradient();
 };
 
 }  // namespace h3d
