@@ -72,6 +72,12 @@ write("bad/imagesTr/nolabel.nii.gz", hu.astype(np.float32))
 write("bad/imagesTr/floatlabel.nii.gz", hu.astype(np.float32)); write("bad/labelsTr/floatlabel.nii.gz", seg.astype(np.float32))
 write("bad/imagesTr/mismatch.nii.gz", hu.astype(np.float32)); write("bad/labelsTr/mismatch.nii.gz", seg[:, :, :15])
 open("bad/imagesTr/text.nii", "w").write("not a NIfTI file\n"); write("bad/labelsTr/text.nii", seg)
+# A header whose second dimension is -5 (niftilib alone would make it 1).
+import struct
+write("bad/imagesTr/negative.nii", hu.astype(np.float32)); write("bad/labelsTr/negative.nii", seg)
+raw = bytearray(open("bad/imagesTr/negative.nii", "rb").read())
+struct.pack_into("<h", raw, 44, -5)
+open("bad/imagesTr/negative.nii", "wb").write(bytes(raw))
 raw = open("msd/imagesTr/c0.nii.gz", "rb").read()
 open("bad/imagesTr/cut.nii.gz", "wb").write(raw[: len(raw) // 3]); write("bad/labelsTr/cut.nii.gz", seg)
 PYEOF
@@ -113,7 +119,8 @@ msg=$(timeout 60 $MPI -np 2 "$BIN" $T --data bad 2>&1)
 code=$?
 set -e
 [ "$code" -ne 0 ] && [ "$code" -ne 124 ] && ! grep -q "^step" <<<"$msg" || { echo "FAIL bad pairs: exit $code"; exit 1; }
-for want in "5 of 6 files are unusable" "nolabel.nii.gz' has no label file" "floatlabel.nii.gz' has labels" \
+for want in "6 of 7 files are unusable" "nolabel.nii.gz' has no label file" "floatlabel.nii.gz' has labels" \
+  "negative.nii' has dimension 2 = -5 in its header" \
   "mismatch.nii.gz' is 16x16x16 but its labels" "text.nii' is not a readable NIfTI file" "cut.nii.gz'"; do
   grep -qF -- "$want" <<<"$msg" || { echo "FAIL bad pairs: no '$want' in: $msg"; exit 1; }
 done

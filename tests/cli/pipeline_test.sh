@@ -78,3 +78,23 @@ set -e
 [ "$code" -ne 0 ] && grep -q "sample_000002.h5" <<<"$msg" && ! grep -q "^step" <<<"$msg" ||
   { echo "FAIL bad file: exit $code, '$msg'"; exit 1; }
 echo "ok   a truncated file is named before the first step (exit $code)"
+
+# A file claiming a 2^60-voxel universe (chunked, nothing stored): refused with a clear message, no allocation.
+"$PY" - "$WORK" <<'PYEOF'
+import os, sys
+import h5py
+import numpy as np
+os.makedirs(f"{sys.argv[1]}/huge")
+with h5py.File(f"{sys.argv[1]}/huge/h.h5", "w") as f:
+    f.create_dataset("full", shape=(1 << 20, 1 << 20, 1 << 20, 4), dtype=np.int16, chunks=(1, 16, 16, 4))
+    f["unitPar"] = np.zeros(4, np.float32)
+PYEOF
+for cmd in "preprocess --in $WORK/huge --out $WORK/hugeout" "train --data $WORK/huge --input-size 32 --steps 1"; do
+  set +e
+  msg=$(timeout 60 "$BIN" $cmd 2>&1)
+  code=$?
+  set -e
+  [ "$code" -eq 2 ] && grep -qE "too large to preprocess|does not match --input-size" <<<"$msg" ||
+    { echo "FAIL huge dataset ($cmd): exit $code, $msg"; exit 1; }
+done
+echo "ok   a file claiming 2^60 voxels is refused by preprocess and train (exit 2), nothing allocated"

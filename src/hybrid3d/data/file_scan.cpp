@@ -44,11 +44,11 @@ void refuse_bad_files(const char* flag, const std::string& spec, const std::vect
   int nbad = 0;
   for (size_t i = 0; i < results.size(); ++i) {
     if (results[i].error.empty()) continue;
-    if (nbad < 5) bad << "\n  '" << files[i] << "' " << results[i].error;
+    if (nbad < 10) bad << "\n  '" << files[i] << "' " << results[i].error;
     ++nbad;
   }
   H3D_USAGE_CHECK(nbad == 0, flag << " '" << spec << "': " << nbad << " of " << files.size() << " files are unusable"
-                                  << (nbad > 5 ? " (the first 5)" : "") << ":" << bad.str());
+                                  << (nbad > 10 ? " (the first 10)" : "") << ":" << bad.str());
 }
 
 }  // namespace h3d

@@ -35,7 +35,7 @@ struct ScanResult {
 std::vector<ScanResult> scan_in_parallel(const Comm& comm, const std::vector<std::string>& files,
                                          const std::function<ScanResult(const std::string&)>& inspect);
 
-// Throws UsageError naming the first five bad files with their faults, if any.
+// Throws UsageError naming the first ten bad files with their faults, if any.
 void refuse_bad_files(const char* flag, const std::string& spec, const std::vector<std::string>& files,
                       const std::vector<ScanResult>& results);
 

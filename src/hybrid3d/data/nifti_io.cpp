@@ -30,6 +30,18 @@ Nim open_header(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) throw std::runtime_error("cannot be read: " + std::string(std::strerror(errno)));
   nifti_set_debug_level(0);  // errors come back to us, not to stderr
+  // The raw header first: the library quietly turns sizes below 1 into 1.
+  int version = 0;
+  void* raw = nifti_read_header(path.c_str(), &version, 0);
+  if (!raw) throw std::runtime_error("is not a readable NIfTI file (bad header or truncated)");
+  int64_t dims[8] = {};
+  for (int d = 0; d < 8; ++d)
+    dims[d] = version == 2 ? static_cast<nifti_2_header*>(raw)->dim[d] : static_cast<nifti_1_header*>(raw)->dim[d];
+  std::free(raw);
+  for (int d = 1; d <= std::min<int64_t>(std::max<int64_t>(dims[0], 0), 7); ++d)
+    if (dims[d] < 1)
+      throw std::runtime_error("has dimension " + std::to_string(d) + " = " + std::to_string(dims[d]) +
+                               " in its header; sizes must be positive");
   Nim nim(nifti_image_read(path.c_str(), 0));
   if (!nim) throw std::runtime_error("is not a readable NIfTI file (bad header or truncated)");
   return nim;
@@ -51,6 +63,16 @@ NiftiInfo read_nifti_info(const std::string& path) {
     if (nim->dim[d] > 1)
       throw std::runtime_error("holds " + std::to_string(nim->dim[0]) + "-D data (dim " + std::to_string(d) + " = " +
                                std::to_string(nim->dim[d]) + "); expected one 3-D volume");
+  const int64_t ndim = nim->dim[0];
+  if (ndim < 1 || ndim > 7) throw std::runtime_error("has " + std::to_string(ndim) + " dimensions; a NIfTI header allows 1 to 7");
+  int64_t voxels = 1;
+  for (int d = 1; d <= 3; ++d) {
+    const int64_t n = d <= ndim ? nim->dim[d] : 1;
+    if (n < 1) throw std::runtime_error("has dimension " + std::to_string(d) + " = " + std::to_string(n) + "; sizes must be positive");
+    if (n > (int64_t(1) << 20) || (voxels *= n) > (int64_t(1) << 36))
+      throw std::runtime_error("claims " + std::to_string(nim->dim[1]) + "x" + std::to_string(nim->dim[2]) + "x" +
+                               std::to_string(nim->dim[3]) + " voxels, more than any volume hybrid3d can hold");
+  }
   NiftiInfo info;
   info.extent = {std::max<int64_t>(1, nim->nz), std::max<int64_t>(1, nim->ny), std::max<int64_t>(1, nim->nx)};
   switch (nim->datatype) {

@@ -182,6 +182,10 @@ Plan make_plan(const Hdf5Universes& src, const PreprocessOptions& o) {
     H3D_USAGE_CHECK(e[size_t(d)] % plan.side == 0,
                     "--sample-size " << plan.side << " does not divide the universes (" << e[0] << "x" << e[1] << "x"
                                      << e[2] << "); use a divisor of each side");
+  // A sample is converted in memory (as float, twice: channels first and last).
+  H3D_USAGE_CHECK(plan.side <= 2048 && plan.side * plan.side * plan.side * plan.channels <= (int64_t(1) << 33),
+                  "a sample of " << plan.side << "^3 x " << plan.channels << " is too large to preprocess (at most "
+                                 << "2048^3 voxels); give a smaller --sample-size");
   const int64_t k0 = e[0] / plan.side, k1 = e[1] / plan.side, k2 = e[2] / plan.side;
   for (int64_t s = 0; s < src.size(); ++s)
     for (int64_t a = 0; a < k0; ++a)
