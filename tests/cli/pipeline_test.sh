@@ -60,10 +60,7 @@ again=$($MPI -np 4 "$BIN" $TRAIN --data "$WORK/orig" --spatial 1x1x2 --read-mode
 grep -q "16/16 files (0 copied, 16 already there)" <<<"$again" || { echo "FAIL restaging: $(grep staging <<<"$again")"; exit 1; }
 lbann=$($MPI -np 4 "$BIN" $TRAIN --data "$WORK/lbann" --spatial 1x2x1 | losses)
 for run in "$(losses <<<"$first")" "$(losses <<<"$again")" "$lbann"; do
-  "$PY" -c "
-import sys
-a, b = [list(map(float, s.split())) for s in sys.argv[1:3]]
-assert len(a) == len(b) and all(abs(x - y) <= 2e-5 for x, y in zip(a, b)), (a, b)" "$ref" "$run" ||
+  agree "$ref" "$run" ||
     { echo "FAIL losses differ from the 1-rank run: '$run' vs '$ref'"; exit 1; }
 done
 echo "ok   1 rank, 2x2x1 collective + staging, 2 groups x 1x1x2 naive from the staged copy, LBANN files 1x2x1: same losses ($ref)"

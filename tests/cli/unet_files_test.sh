@@ -52,10 +52,7 @@ ref=$(numbers <<<"$out")
 for cfg in "8 2x2x2" "4 1x2x1"; do
   set -- $cfg
   got=$($MPI -np "$1" "$BIN" $T --spatial "$2" | numbers)
-  "$PY" -c "
-import sys
-a, b = [list(map(float, s.split())) for s in sys.argv[1:3]]
-assert len(a) == len(b) and all(abs(x - y) <= 2e-5 for x, y in zip(a, b)), (a, b)" "$ref" "$got" ||
+  agree "$ref" "$got" ||
     { echo "FAIL $2 on $1 ranks: '$got' vs 1 rank '$ref'"; exit 1; }
 done
 echo "ok   LiTS-layout files: 1 rank, 2x2x2, 2 groups x 1x2x1 print the same losses and Dice ($ref)"
@@ -101,10 +98,7 @@ centre=$("$BIN" $A | losses)
 for cfg in "8 2x2x2" "4 1x2x1"; do
   set -- $cfg
   got=$($MPI -np "$1" "$BIN" $A --random-crop --flip --spatial "$2" | losses)
-  "$PY" -c "
-import sys
-a, b = [list(map(float, s.split())) for s in sys.argv[1:3]]
-assert len(a) == len(b) == 4 and all(abs(x - y) <= 2e-5 for x, y in zip(a, b)), (a, b)" "$ref" "$got" ||
+  agree "$ref" "$got" 4 ||
     { echo "FAIL augmented $2 on $1 ranks: '$got' vs 1 rank '$ref'"; exit 1; }
 done
 echo "ok   random crops and flips of 24x20x28 cases: the same losses on 1 rank, 2x2x2, 2 groups x 1x2x1 ($ref)"

@@ -13,57 +13,18 @@ ref=$("$BIN" $T --save "$WORK/unet.safetensors" | numbers)
 for cfg in "8 2x2x2" "4 1x2x1"; do
   set -- $cfg
   got=$($MPI -np "$1" "$BIN" $T --spatial "$2" | numbers)
-  "$PY" -c "
-import sys
-a, b = [list(map(float, s.split())) for s in sys.argv[1:3]]
-assert len(a) == len(b) and all(abs(x - y) <= 2e-5 for x, y in zip(a, b)), (a, b)" "$ref" "$got" ||
+  agree "$ref" "$got" ||
     { echo "FAIL $2 on $1 ranks: '$got' vs 1 rank '$ref'"; exit 1; }
 done
 echo "ok   unet3d: 1 rank, 2x2x2, 2 groups x 1x2x1 print the same losses and Dice ($ref)"
 
-"$PY" - "$WORK/unet.safetensors" <<'PYEOF'
-# The checkpoint loads into the equivalent PyTorch module with strict=True.
-import json, struct, sys
-import numpy as np
-import torch
-from torch import nn
-
-def double_conv(cin, mid, cout):
-    return [("conv1", nn.Conv3d(cin, mid, 3, padding=1, bias=False)), ("bn1", nn.BatchNorm3d(mid)),
-            ("conv2", nn.Conv3d(mid, cout, 3, padding=1, bias=False)), ("bn2", nn.BatchNorm3d(cout))]
-
-class Block(nn.Module):
-    def __init__(self, cin, mid, cout):
-        super().__init__()
-        for name, m in double_conv(cin, mid, cout):
-            setattr(self, name, m)
-
-class UNet3D(nn.Module):
-    def __init__(self, cin=1, classes=3, b=4, levels=3):
-        super().__init__()
-        c = cin
-        for l in range(1, levels + 1):
-            setattr(self, f"enc{l}", Block(c, b << (l - 1), b << l))
-            c = b << l
-        self.bottom = Block(c, b << levels, b << (levels + 1))
-        c = b << (levels + 1)
-        for l in range(levels, 0, -1):
-            setattr(self, f"up{l}", nn.ConvTranspose3d(c, c, 2, stride=2))
-            setattr(self, f"dec{l}", Block(c + (b << l), b << l, b << l))
-            c = b << l
-        self.out = nn.Conv3d(c, classes, 1)
-
-raw = open(sys.argv[1], "rb").read()
-n = struct.unpack("<Q", raw[:8])[0]
-meta = json.loads(raw[8:8 + n])
-state = {}
-for k, v in meta.items():
-    if k == "__metadata__":
-        continue
-    a, b = v["data_offsets"]
-    dt = np.int64 if v["dtype"] == "I64" else np.float32
-    state[k] = torch.from_numpy(np.frombuffer(raw[8 + n + a:8 + n + b], dtype=dt).reshape(v["shape"]).copy())
-model = UNet3D()
+"$PY" - "$WORK/unet.safetensors" "$(dirname "$0")/../reference" <<'PYEOF'
+# The checkpoint loads into the equivalent PyTorch module (the reference test's) with strict=True.
+import sys
+sys.path.insert(0, sys.argv[2])
+from test_against_pytorch import UNet3D, load_safetensors
+state = load_safetensors(sys.argv[1])
+model = UNet3D(cin=1, classes=3, b=4, levels=3)
 model.load_state_dict(state, strict=True)
 assert int(model.dec2.bn1.num_batches_tracked) == 3, model.dec2.bn1.num_batches_tracked
 print(f"ok   checkpoint: {len(state)} tensors load into the PyTorch UNet3D with strict=True")

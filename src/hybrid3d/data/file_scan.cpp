@@ -1,10 +1,23 @@
 #include "hybrid3d/data/file_scan.hpp"
 
+#include <glob.h>
+
+#include <algorithm>
 #include <cstring>
 
 #include "hybrid3d/core/error.hpp"
 
 namespace h3d {
+
+std::vector<std::string> glob_sorted(const std::string& pattern) {
+  std::vector<std::string> out;
+  glob_t g{};
+  if (glob(pattern.c_str(), 0, nullptr, &g) == 0)
+    for (size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
+  globfree(&g);
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 std::vector<ScanResult> scan_in_parallel(const Comm& comm, const std::vector<std::string>& files,
                                          const std::function<ScanResult(const std::string&)>& inspect) {

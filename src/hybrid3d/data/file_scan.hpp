@@ -24,6 +24,9 @@ namespace h3d {
     throw std::runtime_error(scan_os_.str()); \
   } while (0)
 
+// The paths matching a shell glob, sorted (none: empty).
+std::vector<std::string> glob_sorted(const std::string& pattern);
+
 // One file's result: what is wrong (empty: usable) and up to 8 numbers the
 // source defines (shape, flags, bytes).
 struct ScanResult {

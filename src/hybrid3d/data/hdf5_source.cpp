@@ -1,6 +1,5 @@
 #include "hybrid3d/data/hdf5_source.hpp"
 
-#include <glob.h>
 #include <hdf5.h>
 #include <sys/stat.h>
 
@@ -54,22 +53,10 @@ Hdf5Universes::FileInfo Hdf5Universes::inspect(const std::string& path) {
 }
 
 std::vector<std::string> Hdf5Universes::expand(const std::string& p) {
-  std::vector<std::string> out;
   struct stat st {};
-  std::string pattern = p;
-  if (stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-    for (const char* ext : {"/*.h5", "/*.hdf5"}) {
-      glob_t g{};
-      if (glob((p + ext).c_str(), 0, nullptr, &g) == 0)
-        for (size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
-      globfree(&g);
-    }
-  } else {
-    glob_t g{};
-    if (glob(pattern.c_str(), 0, nullptr, &g) == 0)
-      for (size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
-    globfree(&g);
-  }
+  if (stat(p.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return glob_sorted(p);
+  std::vector<std::string> out = glob_sorted(p + "/*.h5"), more = glob_sorted(p + "/*.hdf5");
+  out.insert(out.end(), more.begin(), more.end());
   std::sort(out.begin(), out.end());
   return out;
 }

@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "hybrid3d/core/error.hpp"
 #include "hybrid3d/data/file_scan.hpp"
 
 namespace h3d {
@@ -18,6 +19,11 @@ std::string hdf5_message() {
       &msg);
   H5Eclear2(H5E_DEFAULT);
   return msg.empty() ? "unknown HDF5 error" : msg;
+}
+
+hid_t h5_check(hid_t id_or_status, const char* what, const std::string& path) {
+  if (id_or_status < 0) H3D_THROW(Error, "HDF5 " << what << " failed for '" << path << "': " << hdf5_message());
+  return id_or_status;
 }
 
 std::string dims_str(const std::vector<hsize_t>& d) {

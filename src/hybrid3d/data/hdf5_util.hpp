@@ -23,6 +23,10 @@ struct H5Handle {
   }
 };
 
+// An HDF5 call's id or status, or Error "HDF5 <what> failed for '<path>':
+// <HDF5's message>" when it is negative.
+hid_t h5_check(hid_t id_or_status, const char* what, const std::string& path);
+
 // "(a, b, c)" for messages.
 std::string dims_str(const std::vector<hsize_t>& d);
 

@@ -1,6 +1,5 @@
 #include "hybrid3d/data/nifti_segmentation.hpp"
 
-#include <glob.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -13,16 +12,6 @@
 namespace h3d {
 
 namespace {
-
-std::vector<std::string> glob_sorted(const std::string& pattern) {
-  std::vector<std::string> out;
-  glob_t g{};
-  if (glob(pattern.c_str(), 0, nullptr, &g) == 0)
-    for (size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
-  globfree(&g);
-  std::sort(out.begin(), out.end());
-  return out;
-}
 
 bool is_dir(const std::string& p) {
   struct stat st {};

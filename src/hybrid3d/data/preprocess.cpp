@@ -40,13 +40,6 @@ std::string output_name(const PreprocessOptions& o, int64_t file) {
   return o.out + "/" + buf;
 }
 
-void check(herr_t rc, const char* what, const std::string& path) {
-  if (rc < 0) H3D_THROW(Error, "HDF5 " << what << " failed for '" << path << "': " << hdf5_message());
-}
-hid_t check_id(hid_t id, const char* what, const std::string& path) {
-  if (id < 0) H3D_THROW(Error, "HDF5 " << what << " failed for '" << path << "': " << hdf5_message());
-  return id;
-}
 
 // An existing output that has the shape, layout and type this run would write.
 bool already_complete(const std::string& path, const Plan& plan, int64_t samples) {
@@ -72,20 +65,20 @@ void write_file(Hdf5Universes& src, const PreprocessOptions& o, const Plan& plan
     dims.insert(dims.end(), {S, S, S, C});
   const int rank = int(dims.size());
   {
-    H5Handle file{check_id(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), "file create", tmp),
+    H5Handle file{h5_check(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), "file create", tmp),
                   H5Fclose};
-    H5Handle space{check_id(H5Screate_simple(rank, dims.data(), nullptr), "dataspace", tmp), H5Sclose};
-    H5Handle dcpl{check_id(H5Pcreate(H5P_DATASET_CREATE), "property list", tmp), H5Pclose};
+    H5Handle space{h5_check(H5Screate_simple(rank, dims.data(), nullptr), "dataspace", tmp), H5Sclose};
+    H5Handle dcpl{h5_check(H5Pcreate(H5P_DATASET_CREATE), "property list", tmp), H5Pclose};
     if (o.chunk > 0) {
       std::vector<hsize_t> chunk = dims;
       const hsize_t c = std::min<hsize_t>(hsize_t(o.chunk), S);
       if (plan.batched) chunk[0] = 1;
       const size_t sp = plan.batched ? 1 : 0;
       for (size_t d = 0; d < 3; ++d) chunk[sp + (plan.lbann ? 1 : 0) + d] = c;
-      check(H5Pset_chunk(dcpl.id, rank, chunk.data()), "chunk layout", tmp);
-      if (o.compress > 0) check(H5Pset_deflate(dcpl.id, unsigned(o.compress)), "gzip filter", tmp);
+      h5_check(H5Pset_chunk(dcpl.id, rank, chunk.data()), "chunk layout", tmp);
+      if (o.compress > 0) h5_check(H5Pset_deflate(dcpl.id, unsigned(o.compress)), "gzip filter", tmp);
     }
-    H5Handle ds{check_id(H5Dcreate2(file.id, "full", plan.int16 ? H5T_STD_I16LE : H5T_IEEE_F32LE, space.id,
+    H5Handle ds{h5_check(H5Dcreate2(file.id, "full", plan.int16 ? H5T_STD_I16LE : H5T_IEEE_F32LE, space.id,
                                     H5P_DEFAULT, dcpl.id, H5P_DEFAULT),
                          "dataset create", tmp),
                 H5Dclose};
@@ -108,20 +101,20 @@ void write_file(Hdf5Universes& src, const PreprocessOptions& o, const Plan& plan
       }
       std::vector<hsize_t> start(size_t(rank), 0), count = dims;
       if (plan.batched) start[0] = hsize_t(i), count[0] = 1;
-      check(H5Sselect_hyperslab(space.id, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr), "selection",
+      h5_check(H5Sselect_hyperslab(space.id, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr), "selection",
             tmp);
-      H5Handle mem{check_id(H5Screate_simple(rank, count.data(), nullptr), "dataspace", tmp), H5Sclose};
-      check(H5Dwrite(ds.id, H5T_NATIVE_FLOAT, mem.id, space.id, H5P_DEFAULT, data), "write", tmp);
+      H5Handle mem{h5_check(H5Screate_simple(rank, count.data(), nullptr), "dataspace", tmp), H5Sclose};
+      h5_check(H5Dwrite(ds.id, H5T_NATIVE_FLOAT, mem.id, space.id, H5P_DEFAULT, data), "write", tmp);
     }
     std::vector<hsize_t> pdims;
     if (plan.batched) pdims.push_back(hsize_t(n));
     pdims.push_back(4);
-    H5Handle pspace{check_id(H5Screate_simple(int(pdims.size()), pdims.data(), nullptr), "dataspace", tmp), H5Sclose};
-    H5Handle pds{check_id(H5Dcreate2(file.id, "unitPar", H5T_IEEE_F32LE, pspace.id, H5P_DEFAULT, H5P_DEFAULT,
+    H5Handle pspace{h5_check(H5Screate_simple(int(pdims.size()), pdims.data(), nullptr), "dataspace", tmp), H5Sclose};
+    H5Handle pds{h5_check(H5Dcreate2(file.id, "unitPar", H5T_IEEE_F32LE, pspace.id, H5P_DEFAULT, H5P_DEFAULT,
                                      H5P_DEFAULT),
                           "dataset create", tmp),
                  H5Dclose};
-    check(H5Dwrite(pds.id, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, units.data()), "write", tmp);
+    h5_check(H5Dwrite(pds.id, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, units.data()), "write", tmp);
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0)
     H3D_THROW(Error, "cannot rename '" << tmp << "' to '" << path << "': " << std::strerror(errno));

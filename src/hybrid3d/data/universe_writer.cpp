@@ -17,15 +17,6 @@ namespace h3d {
 
 namespace {
 
-hid_t checked(hid_t id, const char* what, const std::string& path) {
-  if (id < 0) H3D_THROW(Error, "HDF5 " << what << " failed for '" << path << "': " << hdf5_message());
-  return id;
-}
-
-void checked(herr_t rc, const char* what, const std::string& path, int) {
-  if (rc < 0) H3D_THROW(Error, "HDF5 " << what << " failed for '" << path << "': " << hdf5_message());
-}
-
 bool file_exists(const std::string& path) {
   struct stat st{};
   return ::stat(path.c_str(), &st) == 0;
@@ -35,16 +26,16 @@ bool file_exists(const std::string& path) {
 // other ranks select nothing).
 void write_small(hid_t file, const char* name, const float* v, hsize_t n, bool root, hid_t dxpl,
                  const std::string& path) {
-  H5Handle space{checked(H5Screate_simple(1, &n, nullptr), "dataspace", path), H5Sclose};
-  H5Handle ds{checked(H5Dcreate2(file, name, H5T_IEEE_F32LE, space.id, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+  H5Handle space{h5_check(H5Screate_simple(1, &n, nullptr), "dataspace", path), H5Sclose};
+  H5Handle ds{h5_check(H5Dcreate2(file, name, H5T_IEEE_F32LE, space.id, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                       "dataset create", path),
               H5Dclose};
-  H5Handle mem{checked(H5Screate_simple(1, &n, nullptr), "dataspace", path), H5Sclose};
+  H5Handle mem{h5_check(H5Screate_simple(1, &n, nullptr), "dataspace", path), H5Sclose};
   if (!root) {
     H5Sselect_none(space.id);
     H5Sselect_none(mem.id);
   }
-  checked(H5Dwrite(ds.id, H5T_NATIVE_FLOAT, mem.id, space.id, dxpl, v), "write", path, 0);
+  h5_check(H5Dwrite(ds.id, H5T_NATIVE_FLOAT, mem.id, space.id, dxpl, v), "write", path);
 }
 
 }  // namespace
@@ -71,31 +62,31 @@ void write_universe(const Comm& group, const std::string& path, int64_t side, ui
 
   const std::string tmp = path + ".tmp";
   {
-    H5Handle fapl{checked(H5Pcreate(H5P_FILE_ACCESS), "property list", tmp), H5Pclose};
-    checked(H5Pset_fapl_mpio(fapl.id, group.raw(), MPI_INFO_NULL), "MPI-IO driver", tmp, 0);
-    H5Handle file{checked(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id), "file create", tmp),
+    H5Handle fapl{h5_check(H5Pcreate(H5P_FILE_ACCESS), "property list", tmp), H5Pclose};
+    h5_check(H5Pset_fapl_mpio(fapl.id, group.raw(), MPI_INFO_NULL), "MPI-IO driver", tmp);
+    H5Handle file{h5_check(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id), "file create", tmp),
                   H5Fclose};
-    H5Handle dxpl{checked(H5Pcreate(H5P_DATASET_XFER), "property list", tmp), H5Pclose};
-    checked(H5Pset_dxpl_mpio(dxpl.id, H5FD_MPIO_COLLECTIVE), "collective transfer", tmp, 0);
+    H5Handle dxpl{h5_check(H5Pcreate(H5P_DATASET_XFER), "property list", tmp), H5Pclose};
+    h5_check(H5Pset_dxpl_mpio(dxpl.id, H5FD_MPIO_COLLECTIVE), "collective transfer", tmp);
     const hsize_t dims[4] = {hsize_t(side), hsize_t(side), hsize_t(side), 4};
-    H5Handle space{checked(H5Screate_simple(4, dims, nullptr), "dataspace", tmp), H5Sclose};
-    H5Handle ds{checked(H5Dcreate2(file.id, "full", H5T_STD_I16LE, space.id, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+    H5Handle space{h5_check(H5Screate_simple(4, dims, nullptr), "dataspace", tmp), H5Sclose};
+    H5Handle ds{h5_check(H5Dcreate2(file.id, "full", H5T_STD_I16LE, space.id, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                         "dataset create", tmp),
                 H5Dclose};
     const hsize_t start[4] = {hsize_t(d0), 0, 0, 0}, count[4] = {hsize_t(d1 - d0), hsize_t(side), hsize_t(side), 4};
     const hsize_t one = 1;
-    H5Handle mem{checked(vol > 0 ? H5Screate_simple(4, count, nullptr) : H5Screate_simple(1, &one, nullptr),
+    H5Handle mem{h5_check(vol > 0 ? H5Screate_simple(4, count, nullptr) : H5Screate_simple(1, &one, nullptr),
                          "dataspace", tmp),
                  H5Sclose};
     if (vol > 0) {
-      checked(H5Sselect_hyperslab(space.id, H5S_SELECT_SET, start, nullptr, count, nullptr), "selection", tmp, 0);
+      h5_check(H5Sselect_hyperslab(space.id, H5S_SELECT_SET, start, nullptr, count, nullptr), "selection", tmp);
     } else {
       H5Sselect_none(space.id);
       H5Sselect_none(mem.id);
     }
     int16_t dummy = 0;
-    checked(H5Dwrite(ds.id, H5T_NATIVE_SHORT, mem.id, space.id, dxpl.id, vol > 0 ? last.data() : &dummy), "write",
-            tmp, 0);
+    h5_check(H5Dwrite(ds.id, H5T_NATIVE_SHORT, mem.id, space.id, dxpl.id, vol > 0 ? last.data() : &dummy), "write",
+             tmp);
     write_small(file.id, "unitPar", unit, 4, group.rank() == 0, dxpl.id, tmp);
     write_small(file.id, "physPar", phys_par, 4, group.rank() == 0, dxpl.id, tmp);
   }  // closed (collectively) before the rename
@@ -169,19 +160,19 @@ void generate_segmentation_cases(const Comm& world, const GenerateOptions& o) {
     gen.load(index, whole, volume.data(), labels.data());
     std::vector<uint8_t> seg(labels.begin(), labels.end());
     {
-      H5Handle file{checked(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), "file create", tmp),
+      H5Handle file{h5_check(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), "file create", tmp),
                     H5Fclose};
       const hsize_t dims[3] = {hsize_t(o.size), hsize_t(o.size), hsize_t(o.size)};
-      H5Handle space{checked(H5Screate_simple(3, dims, nullptr), "dataspace", tmp), H5Sclose};
-      H5Handle v{checked(H5Dcreate2(file.id, "volume", H5T_IEEE_F32LE, space.id, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+      H5Handle space{h5_check(H5Screate_simple(3, dims, nullptr), "dataspace", tmp), H5Sclose};
+      H5Handle v{h5_check(H5Dcreate2(file.id, "volume", H5T_IEEE_F32LE, space.id, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                          "dataset create", tmp),
                  H5Dclose};
-      checked(H5Dwrite(v.id, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, volume.data()), "write", tmp, 0);
-      H5Handle l{checked(H5Dcreate2(file.id, "segmentation", H5T_STD_U8LE, space.id, H5P_DEFAULT, H5P_DEFAULT,
+      h5_check(H5Dwrite(v.id, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, volume.data()), "write", tmp);
+      H5Handle l{h5_check(H5Dcreate2(file.id, "segmentation", H5T_STD_U8LE, space.id, H5P_DEFAULT, H5P_DEFAULT,
                                     H5P_DEFAULT),
                          "dataset create", tmp),
                  H5Dclose};
-      checked(H5Dwrite(l.id, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, seg.data()), "write", tmp, 0);
+      h5_check(H5Dwrite(l.id, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, seg.data()), "write", tmp);
     }
     if (std::rename(tmp.c_str(), path.c_str()) != 0)
       H3D_THROW(Error, "cannot rename '" << tmp << "' to '" << path << "': " << std::strerror(errno));

@@ -7,17 +7,9 @@ namespace h3d {
 Conv3d::Conv3d(std::string name, Conv3dOptions o, uint64_t seed) : Layer(std::move(name)), o_(o) {
   H3D_USAGE_CHECK(o.kernel >= 1 && o.kernel <= 5, "layer " << name_ << ": kernel " << o.kernel << " is outside 1..5");
   H3D_USAGE_CHECK(o.stride == 1 || o.stride == 2, "layer " << name_ << ": stride " << o.stride << " is not 1 or 2");
-  int64_t kv = int64_t(o.kernel) * o.kernel * o.kernel;
-  weight_.name = name_ + ".weight";
-  weight_.value.resize({o.out_channels, o.in_channels, o.kernel, o.kernel, o.kernel});
-  init_uniform_fan_in(weight_.value, o.in_channels * kv, seed, weight_.name);
-  weight_.grad.resize(weight_.value.shape());
-  if (o.bias) {
-    bias_.name = name_ + ".bias";
-    bias_.value.resize({o.out_channels});
-    init_uniform_fan_in(bias_.value, o.in_channels * kv, seed, bias_.name);
-    bias_.grad.resize({o.out_channels});
-  }
+  const int64_t kv = int64_t(o.kernel) * o.kernel * o.kernel;
+  make_weight_and_bias(name_, {o.out_channels, o.in_channels, o.kernel, o.kernel, o.kernel}, o.in_channels * kv, seed,
+                       weight_, o.bias ? &bias_ : nullptr, o.out_channels);
 }
 
 std::vector<Param*> Conv3d::params() {

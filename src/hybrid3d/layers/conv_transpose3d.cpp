@@ -14,16 +14,8 @@ ConvTranspose3d::ConvTranspose3d(std::string name, ConvTranspose3dOptions o, uin
                   "layer " << name_ << ": output padding " << o.output_padding << " must be smaller than the stride");
   const int64_t kv = int64_t(o.kernel) * o.kernel * o.kernel;
   // PyTorch's fan-in of a transposed conv weight [Cin, Cout, k^3] is Cout * k^3.
-  weight_.name = name_ + ".weight";
-  weight_.value.resize({o.in_channels, o.out_channels, o.kernel, o.kernel, o.kernel});
-  init_uniform_fan_in(weight_.value, o.out_channels * kv, seed, weight_.name);
-  weight_.grad.resize(weight_.value.shape());
-  if (o.bias) {
-    bias_.name = name_ + ".bias";
-    bias_.value.resize({o.out_channels});
-    init_uniform_fan_in(bias_.value, o.out_channels * kv, seed, bias_.name);
-    bias_.grad.resize({o.out_channels});
-  }
+  make_weight_and_bias(name_, {o.in_channels, o.out_channels, o.kernel, o.kernel, o.kernel}, o.out_channels * kv, seed,
+                       weight_, o.bias ? &bias_ : nullptr, o.out_channels);
 }
 
 std::vector<Param*> ConvTranspose3d::params() {

@@ -19,4 +19,17 @@ void init_uniform_fan_in(Tensor& t, int64_t fan_in, uint64_t seed, const std::st
     t[i] = static_cast<float>((2.0 * uniform01(seed, stream, uint64_t(i)) - 1.0) * bound);
 }
 
+void make_weight_and_bias(const std::string& layer, std::vector<int64_t> shape, int64_t fan_in, uint64_t seed,
+                          Param& weight, Param* bias, int64_t bias_size) {
+  weight.name = layer + ".weight";
+  weight.value.resize(std::move(shape));
+  init_uniform_fan_in(weight.value, fan_in, seed, weight.name);
+  weight.grad.resize(weight.value.shape());
+  if (!bias) return;
+  bias->name = layer + ".bias";
+  bias->value.resize({bias_size});
+  init_uniform_fan_in(bias->value, fan_in, seed, bias->name);
+  bias->grad.resize({bias_size});
+}
+
 }  // namespace h3d

@@ -110,5 +110,9 @@ class Layer {
 // Deterministic PyTorch-default initialisation: U(-1/sqrt(fan_in), 1/sqrt(fan_in)),
 // a pure function of (seed, parameter name, element index).
 void init_uniform_fan_in(Tensor& t, int64_t fan_in, uint64_t seed, const std::string& name);
+// A layer's "<layer>.weight" of `shape` and, when `bias` is given, its
+// "<layer>.bias" of `bias_size`, both initialised as above, gradients zeroed.
+void make_weight_and_bias(const std::string& layer, std::vector<int64_t> shape, int64_t fan_in, uint64_t seed,
+                          Param& weight, Param* bias, int64_t bias_size);
 
 }  // namespace h3d

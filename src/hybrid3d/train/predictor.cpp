@@ -49,24 +49,21 @@ std::vector<double> importance(int64_t s) {
 void write_prediction(const std::string& path, const std::vector<uint8_t>& labels, const std::vector<float>* probs,
                       const std::array<int64_t, 3>& e, int64_t classes) {
   const std::string tmp = path + ".tmp";
-  auto check = [&](long rc, const char* what) {
-    if (rc < 0) H3D_THROW(Error, "HDF5 " << what << " failed for '" << tmp << "': " << hdf5_message());
-  };
   {
     H5Handle f{H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose};
-    check(f.id, "file create");
+    h5_check(f.id, "file create", tmp);
     const hsize_t dims[4] = {hsize_t(classes), hsize_t(e[0]), hsize_t(e[1]), hsize_t(e[2])};
     H5Handle s3{H5Screate_simple(3, dims + 1, nullptr), H5Sclose};
     H5Handle seg{H5Dcreate2(f.id, "segmentation", H5T_STD_U8LE, s3.id, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                  H5Dclose};
-    check(seg.id, "dataset create");
-    check(H5Dwrite(seg.id, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, labels.data()), "write");
+    h5_check(seg.id, "dataset create", tmp);
+    h5_check(H5Dwrite(seg.id, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, labels.data()), "write", tmp);
     if (probs) {
       H5Handle s4{H5Screate_simple(4, dims, nullptr), H5Sclose};
       H5Handle p{H5Dcreate2(f.id, "probabilities", H5T_IEEE_F32LE, s4.id, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                  H5Dclose};
-      check(p.id, "dataset create");
-      check(H5Dwrite(p.id, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, probs->data()), "write");
+      h5_check(p.id, "dataset create", tmp);
+      h5_check(H5Dwrite(p.id, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, probs->data()), "write", tmp);
     }
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0)
