@@ -24,8 +24,10 @@ class UsageError : public Error {
 namespace detail {
 inline std::string where(const char* file, int line) {
   std::string f(file);
-  auto pos = f.find("src/hybrid3d/");
-  if (pos != std::string::npos) f = f.substr(pos + 4);
+  for (const char* root : {"src/hybrid3d/", "apps/hybrid3d/"}) {
+    const auto pos = f.rfind(root);
+    if (pos != std::string::npos) return f.substr(pos + std::string(root).find('/') + 1) + ":" + std::to_string(line);
+  }
   return f + ":" + std::to_string(line);
 }
 }  // namespace detail

@@ -17,7 +17,7 @@
 #include "hybrid3d/data/nifti_io.hpp"
 #include "hybrid3d/data/nifti_segmentation.hpp"
 #include "hybrid3d/dist/process_grid.hpp"
-#include "hybrid3d/train/safetensors.hpp"
+#include "hybrid3d/train/network_weights.hpp"
 #include "hybrid3d/train/seg_loss.hpp"
 
 namespace h3d {

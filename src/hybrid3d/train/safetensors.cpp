@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "hybrid3d/core/error.hpp"
@@ -62,23 +63,26 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
   }
 }
 
-std::map<std::string, LoadedTensor> load_safetensors(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) H3D_THROW(UsageError, "cannot open safetensors file '" << path << "': " << std::strerror(errno));
-  f.seekg(0, std::ios::end);
-  const uint64_t file_size = uint64_t(f.tellg());
-  f.seekg(0);
+namespace {
+
+// Where a file's bytes come from: read(offset, n, dst) returns false when
+// fewer than n bytes are there.
+using ReadAt = std::function<bool(uint64_t offset, size_t n, char* dst)>;
+
+// Every size and offset is checked against `file_size` before anything is
+// allocated or read, so the largest allocation is bounded by the file.
+std::map<std::string, LoadedTensor> decode(uint64_t file_size, const ReadAt& read, const std::string& what) {
   auto bad = [&](const std::string& why) -> void {
-    H3D_THROW(UsageError, "'" << path << "' is not a valid safetensors file: " << why);
+    H3D_THROW(UsageError, "'" << what << "' is not a valid safetensors file: " << why);
   };
   if (file_size < 8) bad("shorter than its 8-byte header length");
   unsigned char len[8];
-  f.read(reinterpret_cast<char*>(len), 8);
+  if (!read(0, 8, reinterpret_cast<char*>(len))) bad("cannot read its header length");
   uint64_t hlen = 0;
   for (int i = 0; i < 8; ++i) hlen |= uint64_t(len[i]) << (8 * i);
   if (hlen > file_size - 8 || hlen > (100u << 20)) bad("header length " + std::to_string(hlen) + " exceeds the file");
   std::string h(size_t(hlen), '\0');
-  f.read(&h[0], std::streamsize(hlen));
+  if (!read(8, size_t(hlen), &h[0])) bad("cannot read its header");
   json header;
   try {
     header = json::parse(h);
@@ -97,6 +101,7 @@ std::map<std::string, LoadedTensor> load_safetensors(const std::string& path) {
     std::string dtype = e["dtype"].is_string() ? e["dtype"].get<std::string>() : "";
     size_t esize = dtype == "F32" || dtype == "I32" ? 4 : dtype == "F64" || dtype == "I64" ? 8 : 0;
     if (!esize) bad("entry '" + it.key() + "' has dtype '" + dtype + "' (supported: F32, F64, I32, I64)");
+    if (!e["shape"].is_array() || e["shape"].size() > 8) bad("entry '" + it.key() + "' has a bad shape");
     LoadedTensor t;
     uint64_t count = 1;
     for (auto& d : e["shape"]) {
@@ -113,9 +118,7 @@ std::map<std::string, LoadedTensor> load_safetensors(const std::string& path) {
     if (end - b != count * esize) bad("entry '" + it.key() + "' has " + std::to_string(end - b) + " bytes for its shape");
     spans.push_back({b, end});
     std::vector<char> raw(size_t(end - b));
-    f.seekg(std::streamoff(8 + hlen + b));
-    f.read(raw.data(), std::streamsize(raw.size()));
-    if (!f) bad("entry '" + it.key() + "' could not be read");
+    if (!read(8 + hlen + b, raw.size(), raw.data())) bad("entry '" + it.key() + "' could not be read");
     t.data.resize(size_t(count));
     for (size_t i = 0; i < count; ++i) {
       const char* p = raw.data() + i * esize;
@@ -132,21 +135,28 @@ std::map<std::string, LoadedTensor> load_safetensors(const std::string& path) {
   return out;
 }
 
-void load_network_weights(Network& net, const std::string& path, const char* flag) {
-  auto tensors = load_safetensors(path);
-  for (auto* p : net.params()) {
-    auto it = tensors.find(p->name);
-    H3D_USAGE_CHECK(it != tensors.end(), flag << " '" << path << "' has no tensor '" << p->name << "' for this model");
-    H3D_USAGE_CHECK(it->second.shape == p->value.shape(),
-                    flag << " '" << path << "': tensor '" << p->name << "' has the wrong shape for this model (expected "
-                         << p->value.shape_str() << ")");
-    std::copy(it->second.data.begin(), it->second.data.end(), p->value.data());
-  }
-  for (auto* b : net.buffers()) {
-    auto it = tensors.find(b->name);
-    if (it != tensors.end() && int64_t(it->second.data.size()) == b->value.numel())
-      std::copy(it->second.data.begin(), it->second.data.end(), b->value.data());
-  }
+}  // namespace
+
+std::map<std::string, LoadedTensor> load_safetensors(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) H3D_THROW(UsageError, "cannot open safetensors file '" << path << "': " << std::strerror(errno));
+  f.seekg(0, std::ios::end);
+  const std::streamoff end = f.tellg();
+  if (end < 0) H3D_THROW(UsageError, "cannot read safetensors file '" << path << "' (not a regular file?)");
+  return decode(uint64_t(end), [&](uint64_t off, size_t n, char* dst) {
+    f.clear();
+    f.seekg(std::streamoff(off));
+    f.read(dst, std::streamsize(n));
+    return bool(f);
+  }, path);
+}
+
+std::map<std::string, LoadedTensor> parse_safetensors(const char* bytes, size_t size, const std::string& what) {
+  return decode(size, [&](uint64_t off, size_t n, char* dst) {
+    if (off > size || n > size - off) return false;
+    std::memcpy(dst, bytes + off, n);
+    return true;
+  }, what);
 }
 
 }  // namespace h3d

@@ -5,7 +5,8 @@
 // safetensors.torch / torch and come back.
 //
 // The reader validates before it allocates: header length within the file,
-// offsets inside the data section, no overlaps, size == dtype size * shape.
+// offsets inside the data section, no overlaps, size == dtype size * shape,
+// at most 8 dimensions; so no allocation is larger than the file.
 // The writer writes "<file>.tmp.<pid>" and renames, so a crash never leaves
 // a half-written file under the real name.
 #pragma once
@@ -14,7 +15,6 @@
 #include <vector>
 
 #include "hybrid3d/core/tensor.hpp"
-#include "hybrid3d/models/network.hpp"
 
 namespace h3d {
 
@@ -31,11 +31,10 @@ struct LoadedTensor {
   std::vector<int64_t> shape;
   std::vector<float> data;  // F32, F64, I64 and I32 are converted
 };
+// UsageError naming the file and what is wrong with it.
 std::map<std::string, LoadedTensor> load_safetensors(const std::string& path);
-
-// Loads every parameter of `net` (and the state buffers present) from a
-// safetensors file with the network's PyTorch names; UsageError naming
-// `flag` for a missing tensor or a wrong shape.
-void load_network_weights(Network& net, const std::string& path, const char* flag);
+// The same checks and result for a whole file's bytes in memory (`what`
+// names it in errors); the fuzz target's entry (fuzz/safetensors_fuzz.cpp).
+std::map<std::string, LoadedTensor> parse_safetensors(const char* bytes, size_t size, const std::string& what);
 
 }  // namespace h3d

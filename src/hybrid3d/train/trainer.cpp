@@ -24,6 +24,7 @@
 #include "hybrid3d/train/checkpoint.hpp"
 #include "hybrid3d/train/profile_report.hpp"
 #include "hybrid3d/train/stop_signal.hpp"
+#include "hybrid3d/train/network_weights.hpp"
 #include "hybrid3d/train/safetensors.hpp"
 
 namespace h3d {

@@ -1,0 +1,275 @@
+#include "command_line.hpp"
+
+#include <algorithm>
+#include <sstream>
+#include <vector>
+
+#include "config_file.hpp"
+#include "hybrid3d/core/error.hpp"
+#include "hybrid3d/dist/process_grid.hpp"
+
+namespace h3d {
+
+namespace {
+
+template <typename T>
+std::vector<T> parse_list(const std::string& s, const char* flag) {
+  std::vector<T> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    std::istringstream is(item);
+    T v;
+    std::string rest;
+    if (!(is >> v) || (is >> rest))
+      H3D_THROW(UsageError, flag << " '" << s << "' is not a comma-separated list of numbers");
+    out.push_back(v);
+  }
+  return out;
+}
+
+
+}  // namespace
+
+CommandLine::CommandLine() {
+  app_.require_subcommand(1);
+  train_ = app_.add_subcommand("train", "train a model (run under mpirun for parallel layouts)");
+  train_->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a repeated flag: the last wins
+  train_->add_option("--model", train.model.model, "cosmoflow | cosmoflow-lbann | unet3d")->capture_default_str();
+  train_->add_option("--in-channels", train.model.in_channels, "input channels (default: 4 for cosmoflow, 1 for unet3d)");
+  train_->add_option("--classes", train.model.classes, "unet3d: segmentation classes")->capture_default_str();
+  train_->add_option("--base-channels", train.model.base_channels, "unet3d: width of the first level (scales all)")
+      ->capture_default_str();
+  train_->add_option("--levels", train.model.levels, "unet3d: encoder levels (input side a multiple of 2^levels)")
+      ->capture_default_str();
+  train_->add_option("--loss", train.seg_loss.kind, "unet3d: ce | dice | ce+dice")->capture_default_str();
+  train_->add_option("--class-weights", class_weights_, "unet3d: cross-entropy weight per class, e.g. 0.2,1,3");
+  train_->add_option("--ignore-label", train.seg_loss.ignore_label, "unet3d: a label value that counts nowhere (-1: none)")
+      ->capture_default_str();
+  train_->add_option("--intensity-window", train.intensity_window,
+                    "unet3d files: clip the volume to LO,HI (e.g. -100,400 HU) and scale it to [0, 1]");
+  train_->add_flag("--random-crop", train.random_crop,
+                  "unet3d: train on --input-size crops at random places of larger volumes (default: the centre)");
+  train_->add_flag("--flip", train.flip, "unet3d: mirror each training sample along each axis with probability 1/2");
+  train_->add_option("--ce-weight", train.seg_loss.ce_weight, "unet3d: weight of cross-entropy in ce+dice")
+      ->capture_default_str();
+  train_->add_option("--dice-weight", train.seg_loss.dice_weight, "unet3d: weight of the Dice loss in ce+dice")
+      ->capture_default_str();
+  train_->add_option("--input-size", train.model.input_size, "side S of the cubic input volume")->capture_default_str();
+  train_->add_option("--batch-size", train.batch_size, "global mini-batch (over all data groups)")->capture_default_str();
+  train_->add_option("--spatial", spatial_, "spatial split DxHxW of each sample; ranks / (D*H*W) data groups")
+      ->capture_default_str();
+  train_->add_option("--steps", train.steps, "training steps (or use --epochs)");
+  train_->add_option("--epochs", train.epochs, "training epochs (default 1 when --steps is not given)");
+  train_->add_option("--optimizer", train.optimizer.kind, "sgd | adam")->capture_default_str();
+  train_->add_option("--lr", train.schedule.lr, "base learning rate")->capture_default_str();
+  train_->add_option("--momentum", train.optimizer.momentum, "SGD momentum")->capture_default_str();
+  train_->add_option("--weight-decay", train.optimizer.weight_decay, "L2 weight decay")->capture_default_str();
+  train_->add_option("--lr-schedule", train.schedule.kind, "constant | mlperf | poly")->capture_default_str();
+  train_->add_option("--warmup-steps", train.schedule.warmup, "linear warm-up steps (mlperf, poly)")->capture_default_str();
+  train_->add_option("--decay-boundaries", decay_boundaries_, "mlperf: steps where the LR drops, e.g. 100,200");
+  train_->add_option("--decay-factors", decay_factors_, "mlperf: LR factor from each boundary on, e.g. 0.25,0.125");
+  train_->add_option("--poly-power", train.schedule.power, "poly: exponent")->capture_default_str();
+  train_->add_option("--end-lr", train.schedule.end_lr, "poly: final learning rate")->capture_default_str();
+  train_->add_option("--kernel-size", train.model.kernel_size, "cosmoflow conv kernel (2 as MLPerf, or 3)")->capture_default_str();
+  train_->add_option("--dropout", train.model.dropout, "dropout probability in the head")->capture_default_str();
+  train_->add_flag("--batchnorm", train.model.batchnorm, "BatchNorm3d after each convolution");
+  train_->add_option("--seed", train.model.seed, "seed of weights, data, shuffling and dropout")->capture_default_str();
+  train_->add_option("--data", train.data, "synthetic, or a directory / glob of CosmoFlow HDF5 files")->capture_default_str();
+  train_->add_option("--val-data", train.val_data, "validation data: synthetic, or a directory / glob");
+  train_->add_option("--train-samples", train.train_samples, "synthetic training set size")->capture_default_str();
+  train_->add_option("--val-samples", train.val_samples, "synthetic validation set size (0: none)")->capture_default_str();
+  train_->add_option("--test-data", train.test_data, "test data, evaluated once at the end: synthetic, or a directory / glob");
+  train_->add_option("--val-fraction", train.val_fraction, "hold out this share of --data for validation (fixed by --seed)");
+  train_->add_option("--test-fraction", train.test_fraction, "hold out this share of --data as the test set");
+  train_->add_option("--last-batch", train.last_batch,
+                    "a partial last training mini-batch: drop, or pad with the epoch's first samples")
+      ->capture_default_str();
+  train_->add_option("--stage-dir", train.stage_dir,
+                    "first copy the file datasets to DIR/train, DIR/val, DIR/test on every node (node-local "
+                    "disk), then read the copies; copies already there are kept, other files there removed");
+  train_->add_option("--val-every", train.val_every, "validate every N steps (default: each epoch)");
+  train_->add_option("--transform", train.transform, "input transform: log1p | none")->capture_default_str();
+  train_->add_option("--init", train.init, "initial weights (safetensors, PyTorch state_dict names)");
+  train_->add_option("--save", train.save, "write the final weights here (safetensors)");
+  train_->add_option("--metrics", train.metrics, "write JSON lines metrics here (appended to after --resume)");
+  train_->add_option("--checkpoint-dir", train.checkpoint_dir, "write checkpoints here (see --checkpoint-every)");
+  train_->add_option("--checkpoint-every", train.checkpoint_every, "checkpoint every N steps (and at the end)");
+  train_->add_option("--checkpoint-minutes", train.checkpoint_minutes, "checkpoint every M minutes");
+  train_->add_option("--keep", train.keep, "checkpoints kept (the newest)")->capture_default_str();
+  train_->add_option("--resume", train.resume,
+                    "continue from a checkpoint (a ckpt-N directory or a --checkpoint-dir), or auto: the newest "
+                    "valid one in --checkpoint-dir, else a fresh start; any layout");
+  train_->add_flag("--skip-nonfinite", train.skip_nonfinite,
+                  "skip the update of a step whose loss or gradients are not finite (counted in the metrics) "
+                  "instead of stopping");
+  train_->add_option("--stop-after", train.stop_after,
+                    "stop after N steps of this job with a checkpoint (a job-length budget; resume continues)");
+  train_->add_option("--profile", train.profile,
+                    "time every layer, halo, allreduce, data and memory (after the first step); print the table "
+                    "and write it as JSON here");
+  train_->add_option("--threads", threads_,
+                    "threads per rank (default: OMP_NUM_THREADS, else the node's cores / its ranks)");
+  train_->add_option("--allreduce-bucket-mib", train.bucket_mib,
+                    "gradient allreduce bucket size in MiB (buckets start during backward)")
+      ->capture_default_str();
+  train_->add_option("--overlap", overlap_,
+                    "gradient allreduce during backward on a communication thread: on | off | auto (on unless "
+                    "this node's ranks x threads exceed its cores)")
+      ->capture_default_str();
+  train_->add_option("--data-store-mib", train.data_store_mib,
+                    "keep the blocks read from files in memory, up to this many MiB per rank (0: off; default: "
+                    "a quarter of the node's available memory, shared by its ranks)");
+  train_->add_flag("--no-prefetch", no_prefetch_,
+                  "load each mini-batch in its step (default: the next one loads in the background, for files)");
+  train_->add_option("--read-mode", train.read_mode,
+                    "how each rank reads its block of a file sample: independent (own hyperslab), collective "
+                    "(MPI-IO collective hyperslabs) | naive (one rank per group reads the sample and scatters it)")
+      ->capture_default_str();
+  train_->add_option("--backend", train.backend, "cpu (oneDNN) | ref (reference loops)")->capture_default_str();
+  train_->add_option("--log-every", train.log_every, "progress line every N steps")->capture_default_str();
+  train_->add_flag("--quiet", train.quiet, "no progress output");
+
+  gen_ = app_.add_subcommand("generate", "write synthetic universes as CosmoFlow HDF5 files (under mpirun: "
+                                             "universes spread over groups of ranks, each written in parallel)");
+  gen_->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  gen_->add_option("--kind", generate.kind,
+                  "cosmoflow (universes) | segmentation (CT-like cases with labels, LiTS layout)")
+      ->capture_default_str();
+  gen_->add_option("--out", generate.out, "output directory (created if missing)")->required();
+  gen_->add_option("--count", generate.count, "number of universes")->capture_default_str();
+  gen_->add_option("--size", generate.size, "side S of each S^3 x 4 universe")->required();
+  gen_->add_option("--seed", generate.seed, "seed of the universe stream (same as train --seed)")->capture_default_str();
+  gen_->add_option("--first-index", generate.first_index, "index of the first universe in the stream")
+      ->capture_default_str();
+  gen_->add_option("--ranks-per-universe", generate.ranks_per_universe,
+                  "ranks that generate and write one universe together (default: all)");
+  gen_->add_flag("--quiet", generate.quiet, "no progress output");
+
+  prep_ = app_.add_subcommand("preprocess", "cut universes into sub-volume samples, optionally in another "
+                                                "layout, type or chunking, with a manifest (ranks share the files)");
+  prep_->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  prep_->add_option("--in", preprocess.in, "directory or glob of CosmoFlow HDF5 files")->required();
+  prep_->add_option("--out", preprocess.out, "output directory (created if missing)")->required();
+  prep_->add_option("--sample-size", preprocess.sample_size, "side of each cubic sub-volume (default: whole universes)");
+  prep_->add_option("--layout", preprocess.layout, "original (D, H, W, C) | lbann (C, D, H, W)")->capture_default_str();
+  prep_->add_option("--dtype", preprocess.dtype, "int16 | float32 (default: int16 for original, float32 for lbann)");
+  prep_->add_option("--samples-per-file", preprocess.samples_per_file, "samples per output file (more than 1: a leading "
+                                                               "sample dimension)")
+      ->capture_default_str();
+  prep_->add_option("--chunk", preprocess.chunk, "HDF5 chunk side in D, H and W (0: contiguous)")->capture_default_str();
+  prep_->add_option("--gzip", preprocess.compress, "gzip level 1..9 for chunked output (0: none)")->capture_default_str();
+  prep_->add_flag("--quiet", preprocess.quiet, "no progress output");
+
+  predict.model.model = "unet3d";
+  pred_ = app_.add_subcommand("predict", "segment a whole volume with overlapping sliding windows (each "
+                                             "window split over the ranks as in training)");
+  pred_->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  pred_->add_option("--init", predict.init, "trained weights (safetensors, from train --save)")->required();
+  pred_->add_option("--input", predict.input, "the case: HDF5 with 'volume' (and optionally 'segmentation' for Dice)")
+      ->required();
+  pred_->add_option("--out", predict.out, "output HDF5: 'segmentation' uint8 (and 'probabilities')")->required();
+  pred_->add_option("--model", predict.model.model, "unet3d")->capture_default_str();
+  pred_->add_option("--input-size", predict.model.input_size, "window side (the training --input-size)")
+      ->capture_default_str();
+  pred_->add_option("--classes", predict.model.classes, "as in training")->capture_default_str();
+  pred_->add_option("--base-channels", predict.model.base_channels, "as in training")->capture_default_str();
+  pred_->add_option("--levels", predict.model.levels, "as in training")->capture_default_str();
+  pred_->add_option("--in-channels", predict.model.in_channels, "as in training (default 1)");
+  pred_->add_option("--overlap", predict.overlap, "fraction of a window shared with the next one")->capture_default_str();
+  pred_->add_flag("--probabilities", predict.probabilities, "also write the class probabilities");
+  pred_->add_option("--intensity-window", predict.intensity_window, "as in training: LO,HI clips and scales to [0, 1]");
+  pred_->add_option("--spatial", pred_spatial_, "spatial split DxHxW of each window; ranks / (D*H*W) windows at a time")
+      ->capture_default_str();
+  pred_->add_option("--threads", pred_threads_, "threads per rank (default as for train)");
+  pred_->add_option("--backend", predict.backend, "cpu | ref")->capture_default_str();
+  pred_->add_flag("--quiet", predict.quiet, "no progress output");
+
+  // Read by expand_config before CLI11 sees the arguments; declared here for --help.
+  for (CLI::App* sub : {train_, gen_, prep_, pred_})
+    sub->add_option("--config", config_help_only_,
+                    "read flags from this file (name = value per line, TOML/INI style; see docs/usage.md); flags on "
+                    "the command line win");
+}
+
+std::string CommandLine::command() const {
+  for (CLI::App* sub : {train_, gen_, prep_, pred_})
+    if (sub->parsed()) return sub->get_name();
+  return "";
+}
+
+void CommandLine::expand_config(std::vector<std::string>& args) const {
+  if (args.empty()) return;
+  const CLI::App* sub = nullptr;
+  for (const CLI::App* s : {train_, gen_, prep_, pred_})
+    if (s->get_name() == args[0]) sub = s;
+  if (!sub) return;  // CLI11 names what is wrong
+  std::vector<std::string> out{args[0]}, rest;
+  for (size_t i = 1; i < args.size(); ++i) {
+    std::string path;
+    if (args[i] == "--config") {
+      H3D_USAGE_CHECK(i + 1 < args.size(), "--config needs a file name");
+      path = args[++i];
+    } else if (args[i].rfind("--config=", 0) == 0) {
+      path = args[i].substr(9);
+    } else {
+      rest.push_back(args[i]);
+      continue;
+    }
+    for (const ConfigEntry& e : parse_config_text(read_config_file(path), path, sub->get_name())) {
+      const std::string where = "--config '" + path + "' line " + std::to_string(e.line);
+      const CLI::Option* opt = e.key == "config" ? nullptr : sub->get_option_no_throw("--" + e.key);
+      H3D_USAGE_CHECK(opt, where << ": '" << e.key << "' is not a flag of hybrid3d " << sub->get_name()
+                                 << " (see hybrid3d " << sub->get_name() << " --help)");
+      if (opt->get_expected_min() == 0) {  // a switch
+        H3D_USAGE_CHECK(e.value == "true" || e.value == "false", where << ": '" << e.key << "' is a switch: true or false");
+        if (e.value == "true") out.push_back("--" + e.key);
+      } else {
+        H3D_USAGE_CHECK(!e.value.empty(), where << ": '" << e.key << "' has no value");
+        out.push_back("--" + e.key + "=" + e.value);
+      }
+    }
+  }
+  out.insert(out.end(), rest.begin(), rest.end());  // after the file's flags: the command line wins
+  args = std::move(out);
+}
+
+void CommandLine::parse(int argc, const char* const* argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  expand_config(args);
+  std::reverse(args.begin(), args.end());  // CLI11 takes a vector last argument first
+  app_.parse(args);
+  if (train_->parsed()) finish_train();
+  if (pred_->parsed()) finish_predict();
+}
+
+void CommandLine::finish_train() {
+  threads = threads_;
+  if (threads < 0) H3D_THROW(UsageError, "--threads must be positive");
+  if (overlap_ == "auto")
+    overlap_value_ = Overlap::kAuto;
+  else if (overlap_ == "on")
+    overlap_value_ = Overlap::kOn;
+  else if (overlap_ == "off")
+    overlap_value_ = Overlap::kOff;
+  else
+    H3D_THROW(UsageError, "--overlap must be on, off or auto, not '" << overlap_ << "'");
+  train.overlap = overlap_value_;
+  train.prefetch = !no_prefetch_;
+  train.spatial = ProcessGrid::parse_spatial(spatial_);
+  train.schedule.boundaries = parse_list<int64_t>(decay_boundaries_, "--decay-boundaries");
+  train.schedule.factors = parse_list<double>(decay_factors_, "--decay-factors");
+  train.seg_loss.class_weights = parse_list<float>(class_weights_, "--class-weights");
+  if (train.steps < 0 || train.epochs < 0) H3D_THROW(UsageError, "--steps and --epochs must not be negative");
+  if (train.batch_size < 1) H3D_THROW(UsageError, "--batch-size must be at least 1");
+  if (train.log_every < 1) train.log_every = 1;
+}
+
+void CommandLine::finish_predict() {
+  threads = pred_threads_;
+  if (threads < 0) H3D_THROW(UsageError, "--threads must be positive");
+  predict.spatial = ProcessGrid::parse_spatial(pred_spatial_);
+}
+
+}  // namespace h3d

@@ -1,0 +1,59 @@
+// The hybrid3d command line: every subcommand and flag, and the checks that
+// the flags alone allow (no files, no MPI), so a bad command line is refused
+// before any rank does work. main.cpp decides how the job ends; this file
+// only parses. fuzz/command_line_fuzz.cpp feeds it hostile argument lists.
+//
+// Each subcommand also takes `--config FILE`: the same flags in a file
+// (config_file.hpp); a flag given on the command line wins over the file.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+#include "hybrid3d/data/preprocess.hpp"
+#include "hybrid3d/data/universe_writer.hpp"
+#include "hybrid3d/train/predictor.hpp"
+#include "hybrid3d/train/trainer.hpp"
+
+namespace h3d {
+
+class CommandLine {
+ public:
+  CommandLine();
+  CommandLine(const CommandLine&) = delete;  // the parser holds pointers to the members below
+  CommandLine& operator=(const CommandLine&) = delete;
+
+  // Throws CLI::ParseError (CLI::CallForHelp for --help) for what CLI11
+  // refuses, h3d::UsageError for values the flags alone show to be wrong.
+  void parse(int argc, const char* const* argv);
+  // Prints --help or a parse error the way CLI11 does; returns its exit code.
+  int print(const CLI::Error& e) { return app_.exit(e); }
+
+  // The subcommand given: "train", "generate", "preprocess" or "predict".
+  std::string command() const;
+
+  TrainOptions train;
+  GenerateOptions generate;
+  PreprocessOptions preprocess;
+  PredictOptions predict;
+  int threads = 0;  // --threads of train or predict (0: the default)
+  Overlap overlap() const { return overlap_value_; }
+
+ private:
+  // Replaces `--config FILE` after the subcommand by the file's flags, put
+  // first so that the command line's own flags win (the last one counts).
+  void expand_config(std::vector<std::string>& args) const;
+  void finish_train();
+  void finish_predict();
+
+  CLI::App app_{"hybrid3d: hybrid data x spatial parallel training of 3D CNNs"};
+  CLI::App *train_ = nullptr, *gen_ = nullptr, *prep_ = nullptr, *pred_ = nullptr;
+  std::string spatial_ = "1x1x1", decay_boundaries_, decay_factors_, class_weights_, overlap_ = "auto";
+  std::string pred_spatial_ = "1x1x1";
+  int threads_ = 0, pred_threads_ = 0;
+  bool no_prefetch_ = false;
+  std::string config_help_only_;
+  Overlap overlap_value_ = Overlap::kAuto;
+};
+
+}  // namespace h3d

@@ -1,0 +1,27 @@
+#include "hybrid3d/train/network_weights.hpp"
+
+#include <algorithm>
+
+#include "hybrid3d/core/error.hpp"
+#include "hybrid3d/train/safetensors.hpp"
+
+namespace h3d {
+
+void load_network_weights(Network& net, const std::string& path, const char* flag) {
+  auto tensors = load_safetensors(path);
+  for (auto* p : net.params()) {
+    auto it = tensors.find(p->name);
+    H3D_USAGE_CHECK(it != tensors.end(), flag << " '" << path << "' has no tensor '" << p->name << "' for this model");
+    H3D_USAGE_CHECK(it->second.shape == p->value.shape(),
+                    flag << " '" << path << "': tensor '" << p->name << "' has the wrong shape for this model (expected "
+                         << p->value.shape_str() << ")");
+    std::copy(it->second.data.begin(), it->second.data.end(), p->value.data());
+  }
+  for (auto* b : net.buffers()) {
+    auto it = tensors.find(b->name);
+    if (it != tensors.end() && int64_t(it->second.data.size()) == b->value.numel())
+      std::copy(it->second.data.begin(), it->second.data.end(), b->value.data());
+  }
+}
+
+}  // namespace h3d
