@@ -1,4 +1,5 @@
-# The two quick-start commands (README.md): `make train` and `make test`.
+# The quick-start commands (README.md): `make train`, `make test`, and
+# `make check` (the tests, then the sanitizer and fuzz builds: what CI runs).
 # Both install missing Debian packages (when run as root), configure and
 # build with CMake, then train or run the whole test suite (ctest).
 BUILD ?= build
@@ -8,7 +9,7 @@ SPATIAL ?= 2x1x1
 export OMPI_ALLOW_RUN_AS_ROOT=1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-.PHONY: deps build train test bench clean
+.PHONY: deps build train test sanitize fuzz check bench clean
 
 deps:
 	@bash tools/install_deps.sh
@@ -28,6 +29,26 @@ train: build
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure
+
+# The checking builds (docs/testing.md): AddressSanitizer + UBSan (gcc) on
+# the unit and 2-rank MPI tests and the bad-input script, and each libFuzzer
+# target (clang) for FUZZ_SECONDS from the seed corpus in fuzz/corpus.
+ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 30
+
+sanitize: deps
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHYBRID3D_SANITIZE=address,undefined
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target unit_tests mpi_equivalence hybrid3d_cli
+	cd $(ASAN_BUILD) && ctest --output-on-failure -R '^(unit|mpi_np2|bad_inputs)$$'
+
+fuzz: deps
+	cmake -S fuzz -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DFUZZ_SECONDS=$(FUZZ_SECONDS)
+	cmake --build $(FUZZ_BUILD) -j $(JOBS)
+	cd $(FUZZ_BUILD) && ctest --output-on-failure
+
+# Everything CI runs.
+check: test sanitize fuzz
 
 bench: build
 	/usr/bin/python3 bench/performance.py --build $(BUILD)

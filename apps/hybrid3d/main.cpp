@@ -6,7 +6,9 @@
 //  - any other error during training is printed by the failing rank, which
 //    then aborts the whole job (MPI_Abort), so nothing hangs;
 //  - SIGTERM / SIGINT stops training after the current step with a
-//    checkpoint: exit 4 (a second signal ends the process at once).
+//    checkpoint: exit 4 (a second signal ends the process at once);
+//  - a checkpoint that cannot be written (a full disk) stops every rank
+//    alike: exit 5, the earlier checkpoints intact.
 #include <mpi.h>
 #include <omp.h>
 
@@ -17,6 +19,7 @@
 #include "command_line.hpp"
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/dist/comm.hpp"
+#include "hybrid3d/train/checkpoint.hpp"
 #include "hybrid3d/train/stop_signal.hpp"
 
 namespace {
@@ -133,6 +136,10 @@ int main(int argc, char** argv) {
       h3d::install_stop_handlers();
       trainer->run();
       if (trainer->stopped_by_signal()) code = 4;
+    } catch (const h3d::CheckpointError& e) {
+      // Every rank learnt that the checkpoint failed: one message, clean exit.
+      if (world.rank() == 0) print_error(e, 0, 1);
+      code = 5;
     } catch (const h3d::UsageError& e) {
       // Detected identically by every rank (a non-finite loss): one message, clean exit.
       if (world.rank() == 0) print_error(e, 0, 1);

@@ -38,10 +38,18 @@ Nim open_header(const std::string& path) {
   for (int d = 0; d < 8; ++d)
     dims[d] = version == 2 ? static_cast<nifti_2_header*>(raw)->dim[d] : static_cast<nifti_1_header*>(raw)->dim[d];
   std::free(raw);
-  for (int d = 1; d <= std::min<int64_t>(std::max<int64_t>(dims[0], 0), 7); ++d)
+  // niftilib indexes its 8-entry dim arrays up to dim[0]: check it first.
+  if (dims[0] < 1 || dims[0] > 7)
+    throw std::runtime_error("has dim[0] = " + std::to_string(dims[0]) +
+                             " in its header; a NIfTI header has 1 to 7 dimensions");
+  for (int d = 1; d <= dims[0]; ++d)
     if (dims[d] < 1)
       throw std::runtime_error("has dimension " + std::to_string(d) + " = " + std::to_string(dims[d]) +
                                " in its header; sizes must be positive");
+  // Then the library's own checks (data type, sizes, offsets) before it builds an image.
+  raw = nifti_read_header(path.c_str(), &version, 1);
+  if (!raw) throw std::runtime_error("has an inconsistent NIfTI header (data type, bits per voxel or offsets)");
+  std::free(raw);
   Nim nim(nifti_image_read(path.c_str(), 0));
   if (!nim) throw std::runtime_error("is not a readable NIfTI file (bad header or truncated)");
   return nim;

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -100,14 +101,9 @@ void verified(const std::string& path, const nlohmann::json& meta, std::map<std:
   }
 }
 
-}  // namespace
-
-void write_checkpoint(const std::string& dir, int64_t step, Network& net, const Optimizer& opt,
-                      const nlohmann::json& info, int keep) {
-  const std::string name = ckpt_name(step), final_dir = dir + "/" + name, tmp = final_dir + ".tmp";
-  remove_tree(tmp);  // a leftover of a crash
-  if (::mkdir(tmp.c_str(), 0777) != 0)
-    H3D_THROW(Error, "checkpoint: cannot create '" << tmp << "': " << std::strerror(errno));
+// The three files of checkpoint `step` in `tmp`, synced.
+void write_checkpoint_files(const std::string& tmp, int64_t step, Network& net, const Optimizer& opt,
+                            const nlohmann::json& info) {
   nlohmann::json sums = {{"model.safetensors", nlohmann::json::object()},
                          {"optimizer.safetensors", nlohmann::json::object()}};
   std::vector<NamedTensor> model;
@@ -136,10 +132,52 @@ void write_checkpoint(const std::string& dir, int64_t step, Network& net, const 
   {
     std::ofstream f(tmp + "/meta.json");
     f << meta.dump(1) << "\n";
+    f.flush();
     if (!f) H3D_THROW(Error, "checkpoint: cannot write '" << tmp << "/meta.json' (disk full?)");
   }
   for (const char* f : {"model.safetensors", "optimizer.safetensors", "meta.json"}) sync_path(tmp + "/" + f, false);
   sync_path(tmp, true);
+}
+
+}  // namespace
+
+uint64_t checkpoint_bytes(Network& net, int slots) {
+  uint64_t floats = 0, tensors = 0;
+  for (auto* p : net.params()) floats += uint64_t(p->value.numel()) * uint64_t(1 + slots), tensors += 1 + slots;
+  for (auto* b : net.buffers()) floats += uint64_t(b->value.numel()) * 2, ++tensors;  // I64 at most
+  return 4 * floats + 256 * tensors + 4096;  // headers, meta.json with a checksum per tensor
+}
+
+std::string check_checkpoint_space(const std::string& dir, uint64_t bytes, int keep) {
+  struct statvfs fs {};
+  if (::statvfs(dir.c_str(), &fs) != 0) return "";  // unknown: the write will tell
+  const uint64_t free_bytes = uint64_t(fs.f_bavail) * fs.f_frsize;
+  const double mib = 1 << 20;
+  H3D_USAGE_CHECK(free_bytes >= bytes, "--checkpoint-dir '" << dir << "' has " << free_bytes / mib
+                                           << " MiB free, but one checkpoint of this model takes about "
+                                           << bytes / mib << " MiB; free space there or choose another directory");
+  const uint64_t peak = bytes * uint64_t(keep + 1);
+  if (free_bytes >= peak) return "";
+  std::ostringstream os;
+  os.precision(3);
+  os << "--checkpoint-dir '" << dir << "' has " << free_bytes / mib << " MiB free; --keep " << keep << " needs about "
+     << peak / mib << " MiB (" << keep + 1 << " checkpoints while the newest is written). Training stops cleanly "
+     << "(exit 5) if a checkpoint does not fit";
+  return os.str();
+}
+
+void write_checkpoint(const std::string& dir, int64_t step, Network& net, const Optimizer& opt,
+                      const nlohmann::json& info, int keep) {
+  const std::string name = ckpt_name(step), final_dir = dir + "/" + name, tmp = final_dir + ".tmp";
+  remove_tree(tmp);  // a leftover of a crash
+  if (::mkdir(tmp.c_str(), 0777) != 0)
+    H3D_THROW(Error, "checkpoint: cannot create '" << tmp << "': " << std::strerror(errno));
+  try {
+    write_checkpoint_files(tmp, step, net, opt, info);
+  } catch (...) {
+    remove_tree(tmp);  // give the space back: the disk may be full
+    throw;
+  }
   remove_tree(final_dir);  // the same step written before (a rerun)
   if (std::rename(tmp.c_str(), final_dir.c_str()) != 0)
     H3D_THROW(Error, "checkpoint: cannot rename '" << tmp << "': " << std::strerror(errno));
@@ -147,6 +185,7 @@ void write_checkpoint(const std::string& dir, int64_t step, Network& net, const 
   {
     std::ofstream f(latest_tmp);
     f << name << "\n";
+    f.flush();
     if (!f) H3D_THROW(Error, "checkpoint: cannot write '" << latest_tmp << "'");
   }
   sync_path(latest_tmp, false);

@@ -23,14 +23,32 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "hybrid3d/core/error.hpp"
 #include "hybrid3d/models/network.hpp"
 #include "hybrid3d/train/optimizer.hpp"
 
 namespace h3d {
 
+// A checkpoint could not be written (a full disk, a directory gone): thrown
+// on every rank alike, so the job stops cleanly with one message (exit 5);
+// the checkpoints written before are intact.
+class CheckpointError : public Error {
+ public:
+  using Error::Error;
+};
+
+// The bytes one checkpoint of `net` takes, with `slots` optimizer tensors per
+// parameter (SGD with momentum 1, Adam 2), headers included.
+uint64_t checkpoint_bytes(Network& net, int slots);
+
+// Before the first step: UsageError if `dir` has less free space than one
+// checkpoint of `bytes`; returns a warning (else "") if it has less than the
+// keep + 1 that exist while the newest is written.
+std::string check_checkpoint_space(const std::string& dir, uint64_t bytes, int keep);
+
 // Writes checkpoint `step` (call on one rank: the state is replicated).
 // `info` goes into meta.json as "run". Throws Error naming what failed; the
-// previous checkpoint is untouched then.
+// previous checkpoint is untouched then, and the partial one removed.
 void write_checkpoint(const std::string& dir, int64_t step, Network& net, const Optimizer& opt,
                       const nlohmann::json& info, int keep);
 

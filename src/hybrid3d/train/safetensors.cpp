@@ -53,8 +53,9 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
     }
     f.flush();
     if (!f) {
+      const int err = errno;
       std::remove(tmp.c_str());
-      H3D_THROW(Error, "writing '" << tmp << "' failed (disk full?)");
+      H3D_THROW(Error, "writing '" << tmp << "' failed: " << std::strerror(err));
     }
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
@@ -82,7 +83,7 @@ std::map<std::string, LoadedTensor> decode(uint64_t file_size, const ReadAt& rea
   for (int i = 0; i < 8; ++i) hlen |= uint64_t(len[i]) << (8 * i);
   if (hlen > file_size - 8 || hlen > (100u << 20)) bad("header length " + std::to_string(hlen) + " exceeds the file");
   std::string h(size_t(hlen), '\0');
-  if (!read(8, size_t(hlen), &h[0])) bad("cannot read its header");
+  if (hlen > 0 && !read(8, size_t(hlen), &h[0])) bad("cannot read its header");
   json header;
   try {
     header = json::parse(h);
@@ -118,7 +119,7 @@ std::map<std::string, LoadedTensor> decode(uint64_t file_size, const ReadAt& rea
     if (end - b != count * esize) bad("entry '" + it.key() + "' has " + std::to_string(end - b) + " bytes for its shape");
     spans.push_back({b, end});
     std::vector<char> raw(size_t(end - b));
-    if (!read(8 + hlen + b, raw.size(), raw.data())) bad("entry '" + it.key() + "' could not be read");
+    if (!raw.empty() && !read(8 + hlen + b, raw.size(), raw.data())) bad("entry '" + it.key() + "' could not be read");
     t.data.resize(size_t(count));
     for (size_t i = 0; i < count; ++i) {
       const char* p = raw.data() + i * esize;

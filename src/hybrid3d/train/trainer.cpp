@@ -158,7 +158,15 @@ Trainer::Trainer(const Comm& world, TrainOptions o) : o_(std::move(o)) {
   H3D_USAGE_CHECK(!o_.checkpoint_dir.empty() || (o_.checkpoint_every == 0 && o_.checkpoint_minutes == 0 &&
                                                   o_.stop_after == 0 && o_.resume != "auto"),
                   "--checkpoint-every, --checkpoint-minutes, --stop-after and --resume auto need --checkpoint-dir");
-  if (!o_.checkpoint_dir.empty()) create_output_dir(world, o_.checkpoint_dir, "--checkpoint-dir");
+  if (!o_.checkpoint_dir.empty()) {
+    create_output_dir(world, o_.checkpoint_dir, "--checkpoint-dir");
+    // A directory too small for even one checkpoint is refused now; one too
+    // small for --keep of them is only warned about (older ones may go).
+    const int slots = o_.optimizer.kind == "adam" ? 2 : o_.optimizer.momentum != 0 ? 1 : 0;
+    const std::string warning =
+        check_checkpoint_space(o_.checkpoint_dir, checkpoint_bytes(net_, slots), o_.keep);
+    if (!warning.empty() && world.rank() == 0) std::fprintf(stderr, "hybrid3d: warning: %s\n", warning.c_str());
+  }
   if (!o_.resume.empty()) resume_from_checkpoint(world);
   metrics_.open(o_.metrics, world.rank() == 0, start_step_ > 0);
 }
@@ -207,6 +215,7 @@ void Trainer::resume_from_checkpoint(const Comm& world) {
   H3D_USAGE_CHECK(c.step <= total_steps_, "--resume: checkpoint '" << path << "' is at step " << c.step
                                                                    << ", past this run's " << total_steps_ << " steps");
   start_step_ = c.step;
+  last_checkpoint_step_ = c.step;
   if (world.rank() == 0 && !o_.quiet)
     std::printf("resume: %s at step %lld (written under %s)\n", path, (long long)c.step,
                 c.run.value("layout", std::string("?")).c_str());
@@ -214,8 +223,28 @@ void Trainer::resume_from_checkpoint(const Comm& world) {
 
 void Trainer::checkpoint(int64_t steps_done) {
   const auto t0 = std::chrono::steady_clock::now();
-  if (grid_->world().rank() == 0) write_checkpoint(o_.checkpoint_dir, steps_done, net_, *opt_, run_info(), o_.keep);
-  grid_->world().barrier();
+  // Rank 0 writes; every rank learns the outcome, so a failure (a full disk)
+  // stops the whole job alike, with one message, instead of an abort.
+  char failure[1024] = {};
+  if (grid_->world().rank() == 0) {
+    try {
+      write_checkpoint(o_.checkpoint_dir, steps_done, net_, *opt_, run_info(), o_.keep);
+    } catch (const std::exception& e) {
+      std::snprintf(failure, sizeof failure, "%s", e.what());
+    }
+  }
+  grid_->world().bcast(failure, sizeof failure, 0);
+  if (failure[0]) {
+    H3D_THROW(CheckpointError, "the checkpoint at step " << steps_done << " could not be written (" << failure
+                                   << "); training stopped. "
+                                   << (last_checkpoint_step_ > 0
+                                           ? "The checkpoint of step " + std::to_string(last_checkpoint_step_) +
+                                                 " in '" + o_.checkpoint_dir + "' is intact"
+                                           : std::string("No earlier checkpoint exists"))
+                                   << ": free space there (or give another --checkpoint-dir) and resubmit with "
+                                      "--resume auto");
+  }
+  last_checkpoint_step_ = steps_done;
   if (grid_->world().rank() == 0 && !o_.quiet) {
     int64_t floats = 0;
     for (auto* p : net_.params()) floats += p->value.numel();

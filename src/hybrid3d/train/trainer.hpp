@@ -138,6 +138,7 @@ class Trainer {
   std::unique_ptr<Prefetcher> prefetch_;  // null: load in the step
   double last_data_wait_ = 0;
   int64_t start_step_ = 0;  // > 0 after a resume
+  int64_t last_checkpoint_step_ = 0;  // the newest checkpoint written or resumed from (0: none)
   bool stopped_by_signal_ = false;
   int64_t skipped_steps_ = 0;
   bool last_skipped_ = false;
