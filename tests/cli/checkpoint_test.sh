@@ -3,8 +3,8 @@
 # bitwise the same losses and final weights on the same layout (cosmoflow
 # with dropout and Adam; unet3d with random crops and flips); a run resumed
 # on another layout (2 ranks -> 4, 4 -> 1) agrees within tolerance; a
-# damaged newest checkpoint is reported and the one before used; a
-# checkpoint of another model is refused.
+# damaged newest checkpoint (a flipped bit, a malformed meta.json) is
+# reported and the one before used; a checkpoint of another model is refused.
 source "$(dirname "$0")/setup.sh"
 cd "$WORK"
 # Each step's loss and each validation's first number, as printed.
@@ -58,6 +58,21 @@ code=$?
 set -e
 [ "$code" -eq 2 ] && grep -q "damaged optimizer.safetensors" <<<"$msg" || { echo "FAIL truncated: exit $code, $msg"; exit 1; }
 echo "ok   a bit-flipped newest checkpoint is reported and the previous one used; a truncated one is refused"
+
+# A meta.json with fields of the wrong type (hand-edited, damaged): reported, the previous one used.
+"$BIN" $C --checkpoint-dir meta --checkpoint-every 2 --stop-after 4 --quiet
+"$PY" - <<'PYEOF'
+import json
+p = "meta/ckpt-000004/meta.json"
+m = json.load(open(p))
+m["step"] = "six"
+m["checksums"]["model.safetensors"] = [1, 2]
+json.dump(m, open(p, "w"))
+PYEOF
+out=$("$BIN" $C --checkpoint-dir meta --resume auto 2>&1)
+grep -q "checkpoint 'meta/ckpt-000004' has a meta.json without a valid step" <<<"$out" &&
+  grep -q "resume: meta/ckpt-000002 at step 2" <<<"$out" || { echo "FAIL malformed meta.json: $out"; exit 1; }
+echo "ok   a meta.json with malformed fields is reported and the previous checkpoint used"
 
 set +e
 msg=$("$BIN" $C --checkpoint-dir ck --resume auto --dropout 0.1 2>&1)

@@ -75,8 +75,21 @@ nlohmann::json read_meta(const std::string& path) {
   } catch (const std::exception&) {
     throw std::runtime_error("has a malformed meta.json");
   }
-  if (!m.contains("step") || !m.contains("checksums") || !m.contains("run"))
-    throw std::runtime_error("has a meta.json without step, checksums or run");
+  // Every field used later is checked here, so a hand-edited or damaged
+  // meta.json is reported like any other damage (and the previous one used).
+  auto ok = [&](const char* key, bool (nlohmann::json::*is)() const noexcept) {
+    return m.is_object() && m.contains(key) && (m[key].*is)();
+  };
+  if (!ok("step", &nlohmann::json::is_number_unsigned) || !ok("checksums", &nlohmann::json::is_object) ||
+      !ok("run", &nlohmann::json::is_object) ||
+      (m.contains("optimizer_steps") && !m["optimizer_steps"].is_number_unsigned()))
+    throw std::runtime_error("has a meta.json without a valid step, checksums or run");
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    const auto& sums = m["checksums"].contains(file) ? m["checksums"][file] : nlohmann::json();
+    if (!sums.is_object()) throw std::runtime_error(std::string("has a meta.json without checksums of ") + file);
+    for (const auto& v : sums)
+      if (!v.is_string()) throw std::runtime_error(std::string("has a meta.json with a malformed checksum of ") + file);
+  }
   return m;
 }
 

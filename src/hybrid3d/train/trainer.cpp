@@ -218,7 +218,8 @@ void Trainer::resume_from_checkpoint(const Comm& world) {
   last_checkpoint_step_ = c.step;
   if (world.rank() == 0 && !o_.quiet)
     std::printf("resume: %s at step %lld (written under %s)\n", path, (long long)c.step,
-                c.run.value("layout", std::string("?")).c_str());
+                c.run.contains("layout") && c.run["layout"].is_string() ? c.run["layout"].get<std::string>().c_str()
+                                                                         : "?");
 }
 
 void Trainer::checkpoint(int64_t steps_done) {
