@@ -31,7 +31,8 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure
 
 # The checking builds (docs/testing.md): AddressSanitizer + UBSan (gcc) on
-# the unit and 2-rank MPI tests and the bad-input script, and each libFuzzer
+# the unit and 2-rank MPI tests and the bad-input, checkpoint and full-disk
+# scripts, and each libFuzzer
 # target (clang) for FUZZ_SECONDS from the seed corpus in fuzz/corpus.
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
@@ -40,7 +41,7 @@ FUZZ_SECONDS ?= 30
 sanitize: deps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHYBRID3D_SANITIZE=address,undefined
 	cmake --build $(ASAN_BUILD) -j $(JOBS) --target unit_tests mpi_equivalence hybrid3d_cli
-	cd $(ASAN_BUILD) && ctest --output-on-failure -R '^(unit|mpi_np2|bad_inputs)$$'
+	cd $(ASAN_BUILD) && ctest --output-on-failure -R '^(unit|mpi_np2|bad_inputs|checkpoint|disk_full)$$'
 
 fuzz: deps
 	cmake -S fuzz -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DFUZZ_SECONDS=$(FUZZ_SECONDS)
