@@ -32,8 +32,8 @@ test: build
 
 # The checking builds (docs/testing.md): AddressSanitizer + UBSan (gcc) on
 # the unit and 2-rank MPI tests and the bad-input, checkpoint and full-disk
-# scripts, and each libFuzzer
-# target (clang) for FUZZ_SECONDS from the seed corpus in fuzz/corpus.
+# scripts; and each libFuzzer target (clang) for FUZZ_SECONDS from the seed
+# corpus in fuzz/corpus.
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 30

@@ -31,10 +31,12 @@ bool Network::kept_for_backward(int64_t i) const {
   return i + 1 < L && layers_[size_t(i + 1)]->backward_reads_input();
 }
 
-const Tensor& Network::forward(StepContext& ctx, Tensor x) {
+const Tensor& Network::forward(StepContext& ctx, Tensor x,
+                               const std::function<void(int64_t layer, const Tensor& out)>& inspect) {
   H3D_CHECK(!layers_.empty() && acts_.size() == layers_.size(), "Network::forward before setup");
   const int64_t L = int64_t(layers_.size()), n = x.dim(0);
   x_ = std::move(x);
+  if (inspect) inspect(-1, x_);
   for (int64_t i = 0; i < L; ++i) {
     Layer& l = *layers_[size_t(i)];
     Tensor &in = act(i - 1), &out = act(i);
@@ -54,6 +56,7 @@ const Tensor& Network::forward(StepContext& ctx, Tensor x) {
       l.forward(ctx, in, out);
     }
     if (!ctx.training) l.release_saved();
+    if (inspect) inspect(i, out);
   }
   return acts_.back();
 }

@@ -29,8 +29,11 @@ class Network {
   const ActShape& input_shape() const { return input_; }
   const ActShape& output_shape() const { return shapes_.back(); }
   // The output of the last layer. x is consumed. In inference
-  // (ctx.training false) nothing is kept for backward.
-  const Tensor& forward(StepContext& ctx, Tensor x);
+  // (ctx.training false) nothing is kept for backward. `inspect`, if set,
+  // sees the input (layer -1) and each layer's output as it is made (the
+  // non-finite diagnosis of Trainer).
+  const Tensor& forward(StepContext& ctx, Tensor x,
+                        const std::function<void(int64_t layer, const Tensor& out)>& inspect = {});
   // dy: gradient of the loss w.r.t. the output. Fills every Param::grad
   // (not yet reduced across ranks) and frees what forward kept. The
   // gradient w.r.t. the input is not computed. `grads_ready`, if set, is

@@ -354,10 +354,41 @@ double Trainer::loss_and_gradient(int64_t step) {
     loss = sse / denom;
   }
   if (!std::isfinite(loss) && !o_.skip_nonfinite)
-    H3D_THROW(UsageError, "the loss is " << loss << " at step " << step
+    H3D_THROW(UsageError, "the loss is " << loss << " at step " << step << "; " << where_nonfinite(step)
                                           << "; training stopped (lower --lr, check the input data and --transform, "
                                           << "or --skip-nonfinite)");
   return loss;
+}
+
+std::string Trainer::where_nonfinite(int64_t step) {
+  // Replays the step's forward pass (the same data, weights and dropout
+  // masks: all functions of the step) looking at every layer's output; the
+  // lowest layer with a non-finite value on any rank is where it began.
+  // Collective: every rank sees the same non-finite loss and comes here.
+  if (prefetch_) prefetch_->wait();  // the loader is not thread-safe
+  Tensor x;
+  std::vector<float> t;
+  load_batch(*train_src_, local_batch(step), x, t);
+  int64_t lo, hi;
+  local_range(lo, hi);
+  StepContext ctx{backend_.get(), grid_.get(), true, o_.model.seed, step, {}};
+  ctx.overlap_halo = false;
+  for (int64_t p = lo; p < hi; ++p) ctx.batch_positions.push_back(p);
+  const int64_t none = int64_t(net_.layers().size());
+  int64_t first = none;
+  net_.forward(ctx, std::move(x), [&](int64_t layer, const Tensor& out) {
+    if (first != none) return;
+    const float* v = out.data();
+    for (int64_t i = 0; i < out.numel(); ++i)
+      if (!std::isfinite(v[i])) {
+        first = layer;
+        return;
+      }
+  });
+  first = -int64_t(grid_->world().allreduce_max(-double(first)));
+  if (first == none) return "every layer's output is finite, so the loss itself overflowed";
+  if (first < 0) return "the input data of this step is not finite (check the files and --transform)";
+  return "the first non-finite values are in the output of layer '" + net_.layers()[size_t(first)]->name() + "'";
 }
 
 std::string Trainer::first_nonfinite_gradient() {

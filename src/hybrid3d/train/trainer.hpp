@@ -144,6 +144,9 @@ class Trainer {
   bool last_skipped_ = false;
   // The first parameter, in backward order, whose gradient is not finite ("" if none).
   std::string first_nonfinite_gradient();
+  // Where a non-finite loss at `step` began: the input or the first layer
+  // whose output is not finite (a replay of the step's forward pass).
+  std::string where_nonfinite(int64_t step);
 };
 
 }  // namespace h3d
