@@ -220,6 +220,11 @@ void CommandLine::expand_config(std::vector<std::string>& args) const {
     for (const ConfigEntry& e : parse_config_text(read_config_file(path), path, sub->get_name())) {
       const std::string where = "--config '" + path + "' line " + std::to_string(e.line);
       const CLI::Option* opt = e.key == "config" ? nullptr : sub->get_option_no_throw("--" + e.key);
+      if (!opt && e.shared && e.key != "config") {  // fine if another subcommand has it
+        bool elsewhere = false;
+        for (const CLI::App* s : {train_, gen_, prep_, pred_}) elsewhere |= s->get_option_no_throw("--" + e.key) != nullptr;
+        if (elsewhere) continue;
+      }
       H3D_USAGE_CHECK(opt, where << ": '" << e.key << "' is not a flag of hybrid3d " << sub->get_name()
                                  << " (see hybrid3d " << sub->get_name() << " --help)");
       if (opt->get_expected_min() == 0) {  // a switch

@@ -86,6 +86,7 @@ std::vector<ConfigEntry> parse_config_text(const std::string& text, const std::s
     H3D_USAGE_CHECK(is_key(e.key), where << ": '" << e.key << "' is not a flag name");
     e.value = value_of(t.substr(eq + 1), where);
     e.line = n;
+    e.shared = current.empty();
     if (current.empty() || current == section) out.push_back(std::move(e));
   }
   return out;

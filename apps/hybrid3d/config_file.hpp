@@ -10,9 +10,11 @@
 //   [train]                    # what follows applies only to `hybrid3d train`
 //   lr = 0.01
 //
-// Keys are the long flag names without "--". Every key is checked against
-// the subcommand's flags, and the file against a size limit, before anything
-// else happens; errors name the file and line.
+// Keys are the long flag names without "--". A key in the subcommand's
+// section must be one of its flags; a key before any section must be a flag
+// of some subcommand (so one file can serve train and predict). The file is
+// checked against a size limit and every key before anything else happens;
+// errors name the file and line.
 #pragma once
 #include <string>
 #include <vector>
@@ -22,6 +24,7 @@ namespace h3d {
 struct ConfigEntry {
   std::string key, value;  // value without quotes; a list joined by commas
   int line = 0;
+  bool shared = false;  // before any [section]: for every subcommand that has the flag
 };
 
 // The entries of `text` that apply to `section` (the subcommand's name).

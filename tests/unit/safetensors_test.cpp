@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <fstream>
+#include <iterator>
 
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/train/safetensors.hpp"
@@ -49,4 +51,46 @@ TEST(Safetensors, RejectsHostileFiles) {
   std::ofstream(p, std::ios::binary) << std::string("\xff\xff\xff\xff\xff\xff\xff\x7f", 8);
   EXPECT_THROW(load_safetensors(p), UsageError);
   std::remove(p.c_str());
+}
+
+TEST(Safetensors, EveryTruncationRefusedAndMemoryEqualsFile) {
+  Tensor a({3, 2}), b({4});
+  for (int i = 0; i < 6; ++i) a[i] = float(i) - 2.5f;
+  for (int i = 0; i < 4; ++i) b[i] = float(i * i);
+  const std::string p = tmpfile("trunc");
+  save_safetensors(p, {{"a", &a, false}, {"b", &b, false}});
+  std::ifstream f(p, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  auto from_file = load_safetensors(p), from_memory = parse_safetensors(bytes.data(), bytes.size(), "bytes");
+  ASSERT_EQ(from_memory.size(), 2u);
+  for (const char* name : {"a", "b"}) {
+    EXPECT_EQ(from_memory[name].shape, from_file[name].shape);
+    EXPECT_EQ(from_memory[name].data, from_file[name].data);
+  }
+  // Every proper prefix of the file (a copy cut short anywhere) is refused.
+  for (size_t n = 0; n < bytes.size(); ++n)
+    EXPECT_THROW(parse_safetensors(bytes.data(), n, "prefix"), UsageError) << n << " of " << bytes.size() << " bytes";
+  std::remove(p.c_str());
+}
+
+TEST(Safetensors, RejectsMalformedEntries) {
+  const char* headers[] = {
+      R"({"x":{"dtype":"F32","shape":3,"data_offsets":[0,12]}})",                        // shape not a list
+      R"({"x":{"dtype":"F32","shape":[1,1,1,1,1,1,1,1,3],"data_offsets":[0,12]}})",      // 9 dimensions
+      R"({"x":{"dtype":"F32","shape":[-3],"data_offsets":[0,12]}})",                     // negative size
+      R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[8,4]}})",                       // end before begin
+      R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0]}})",                         // one offset
+      R"({"x":{"dtype":7,"shape":[3],"data_offsets":[0,12]}})",                          // dtype not a string
+      R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,12]}})",                      // size disagrees
+      R"([1,2,3])",                                                                      // not an object
+      R"({"x":[]})",                                                                     // entry not an object
+  };
+  for (const char* h : headers) {
+    std::string bytes(8, '\0');
+    const uint64_t n = std::strlen(h);
+    for (int i = 0; i < 8; ++i) bytes[size_t(i)] = char(n >> (8 * i));
+    bytes += h;
+    bytes += std::string(12, '\0');
+    EXPECT_THROW(parse_safetensors(bytes.data(), bytes.size(), "hostile"), UsageError) << h;
+  }
 }
