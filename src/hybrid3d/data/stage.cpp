@@ -41,7 +41,7 @@ int64_t copy_file(const std::string& src, const struct stat& st, const std::stri
   const std::string tmp = dst + ".tmp." + host + "." + std::to_string(getpid());
   const int in = ::open(src.c_str(), O_RDONLY);
   if (in < 0) throw std::runtime_error("cannot read '" + src + "': " + std::strerror(errno));
-  const int out = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const int out = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0666);
   if (out < 0) {
     const int e = errno;
     ::close(in);
