@@ -4,8 +4,7 @@
 // written to a file that `--config` then names (after the first argument,
 // the subcommand). Parsing either succeeds or throws CLI::ParseError or
 // h3d::UsageError: one clear message. Anything else is a finding.
-#include <unistd.h>
-
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -14,18 +13,10 @@
 
 #include "command_line.hpp"
 #include "hybrid3d/core/error.hpp"
-
-namespace {
-
-std::string scratch_path() {
-  const char* dir = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-  return std::string(dir) + "/h3d_cli_fuzz_" + std::to_string(getpid()) + ".toml";
-}
-
-}  // namespace
+#include "scratch_file.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const std::string config_path = scratch_path();
+  static const std::string config_path = scratch_path("cli", ".toml");
   const std::string input(reinterpret_cast<const char*>(data), size);
   const size_t nul = input.find('\0');
   std::vector<std::string> args{"hybrid3d"};

@@ -3,8 +3,6 @@
 // runtime_error; reading a described volume (read_nifti_box) fills it or
 // throws h3d::Error. niftilib reads files, so each input is written to a
 // file of this process's own in /dev/shm (or /tmp) first.
-#include <unistd.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -14,18 +12,10 @@
 
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/data/nifti_io.hpp"
-
-namespace {
-
-std::string scratch_path() {
-  const char* dir = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-  return std::string(dir) + "/h3d_nifti_fuzz_" + std::to_string(getpid()) + ".nii";
-}
-
-}  // namespace
+#include "scratch_file.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const std::string path = scratch_path();
+  static const std::string path = scratch_path("nifti", ".nii");
   if (FILE* f = std::fopen(path.c_str(), "wb")) {
     std::fwrite(data, 1, size, f);
     std::fclose(f);
