@@ -1,7 +1,8 @@
 #!/bin/bash
 # A checkpoint directory on a disk that is too small, on a real filesystem
 # that runs out (a tmpfs of a chosen size, mounted for the test):
-#  - smaller than one checkpoint: refused before the first step (exit 2);
+#  - read-only, or smaller than one checkpoint: refused before the first
+#    step (exit 2);
 #  - room for one checkpoint but not two: the first is written, the second
 #    runs out of space mid-run; every rank stops cleanly (exit 5, one
 #    message naming the intact checkpoint, no MPI_Abort), nothing partial
@@ -20,6 +21,17 @@ C="train --model cosmoflow --input-size 32 --batch-size 2 --train-samples 8 --va
 losses() { awk '$1 == "step" {print $2, $4}' | tr '\n' ' '; }
 full=$("$BIN" $C --checkpoint-dir normal | losses)
 bytes=$(du -sb normal/ckpt-000006 | cut -f1)
+
+# A read-only filesystem (root may write anywhere else): known before the first step.
+mount -t tmpfs -o size=1m,ro tmpfs small
+set +e
+msg=$($MPI -np 2 "$BIN" $C --spatial 2x1x1 --checkpoint-dir small 2>&1)
+code=$?
+set -e
+[ "$code" -eq 2 ] && grep -q "checkpoint-dir: 'small' is not writable" <<<"$msg" ||
+  { echo "FAIL read-only checkpoint directory: exit $code, $msg"; exit 1; }
+echo "ok   a read-only checkpoint directory is refused before the first step (exit 2)"
+umount small
 
 # Half a checkpoint: known before the first step.
 mount -t tmpfs -o size=$((bytes / 2)) tmpfs small
@@ -53,4 +65,4 @@ cp -r small freed
 resumed=$("$BIN" $C --checkpoint-dir freed --resume auto | losses)
 [ "$resumed" = "$(cut -d' ' -f5- <<<"$full")" ] || { echo "FAIL resume after disk full: '$resumed' vs '$full'"; exit 1; }
 echo "ok   --resume auto from the intact checkpoint continues bitwise like the uninterrupted run"
-echo "3 passed, 0 failed"
+echo "4 passed, 0 failed"
