@@ -39,6 +39,21 @@ b=$("$BIN" $C --checkpoint-dir x2 --resume auto | numbers)
 agree "$b" "$(cut -d' ' -f7- <<<"$ref")" || { echo "FAIL resume 4 -> 1 rank: '$b' vs '$ref'"; exit 1; }
 echo "ok   resume across layouts: 2x1x1 -> 2x2x1 and 4 ranks -> 1 agree with the uninterrupted run"
 
+# A checkpoint directory that only rank 0 sees (a node-local disk): each rank
+# starts in its own working directory, so the relative --checkpoint-dir
+# exists for rank 0 alone. Rank 0 writes, reads and broadcasts; the resumed
+# run prints the uninterrupted run's losses, bitwise.
+mkdir -p r0 r1
+N="$C --spatial 2x1x1 --checkpoint-dir ck --log-every 1"
+full2=$($MPI -np 2 "$BIN" $N | numbers)
+mpmd() { $MPI -np 1 --wdir r0 "$BIN" $N "$@" : -np 1 --wdir r1 "$BIN" $N "$@"; }
+mpmd --stop-after 3 --quiet
+out=$(mpmd --resume auto)
+[ -z "$(ls r1)" ] && grep -q "resume: ck/ckpt-000003 at step 3" <<<"$out" &&
+  [ "$(numbers <<<"$out")" = "$(cut -d' ' -f7- <<<"$full2")" ] ||
+  { echo "FAIL rank-0-only checkpoint directory: r1 holds '$(ls r1)'; $out"; exit 1; }
+echo "ok   a checkpoint directory on rank 0's node only: written, found and broadcast by rank 0; resume bitwise"
+
 # A bit flipped in the newest checkpoint's weights: reported, the previous one used.
 "$BIN" $C --checkpoint-dir bad --checkpoint-every 2 --stop-after 4 --quiet
 "$PY" - <<'PYEOF'

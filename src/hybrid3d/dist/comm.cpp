@@ -110,7 +110,11 @@ int64_t Comm::allreduce_sum(int64_t v) const {
   return v;
 }
 void Comm::bcast(void* data, int64_t bytes, int root) const {
-  if (size_ > 1) H3D_MPI(MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_));
+  if (size_ == 1) return;
+  constexpr int64_t kPiece = int64_t(1) << 30;  // MPI counts are int
+  for (int64_t off = 0; off < bytes; off += kPiece)
+    H3D_MPI(MPI_Bcast(static_cast<char*>(data) + off, static_cast<int>(std::min(kPiece, bytes - off)), MPI_BYTE, root,
+                      comm_));
 }
 
 }  // namespace h3d

@@ -18,7 +18,9 @@
 // directory is synced and renamed, then `latest` is replaced by a rename.
 // A crash at any moment leaves the previous checkpoint whole. Only the
 // newest `keep` checkpoints are kept. Loading verifies every checksum; a
-// damaged checkpoint is reported and the one before it used.
+// damaged checkpoint is reported and the one before it used. Only rank 0
+// calls these functions (Trainer broadcasts what it loads), so the
+// directory need only be on rank 0's node.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>

@@ -162,10 +162,19 @@ Trainer::Trainer(const Comm& world, TrainOptions o) : o_(std::move(o)) {
     create_output_dir(world, o_.checkpoint_dir, "--checkpoint-dir");
     // A directory too small for even one checkpoint is refused now; one too
     // small for --keep of them is only warned about (older ones may go).
-    const int slots = o_.optimizer.kind == "adam" ? 2 : o_.optimizer.momentum != 0 ? 1 : 0;
-    const std::string warning =
-        check_checkpoint_space(o_.checkpoint_dir, checkpoint_bytes(net_, slots), o_.keep);
-    if (!warning.empty() && world.rank() == 0) std::fprintf(stderr, "hybrid3d: warning: %s\n", warning.c_str());
+    // Only rank 0 writes checkpoints, so only its view of the disk counts.
+    char refusal[1024] = {};
+    if (world.rank() == 0) {
+      const int slots = o_.optimizer.kind == "adam" ? 2 : o_.optimizer.momentum != 0 ? 1 : 0;
+      try {
+        const std::string warning = check_checkpoint_space(o_.checkpoint_dir, checkpoint_bytes(net_, slots), o_.keep);
+        if (!warning.empty()) std::fprintf(stderr, "hybrid3d: warning: %s\n", warning.c_str());
+      } catch (const UsageError& e) {
+        std::snprintf(refusal, sizeof refusal, "%s", e.what());
+      }
+    }
+    world.bcast(refusal, sizeof refusal, 0);
+    if (refusal[0]) throw UsageError(refusal);
   }
   if (!o_.resume.empty()) resume_from_checkpoint(world);
   metrics_.open(o_.metrics, world.rank() == 0, start_step_ > 0);
@@ -205,7 +214,7 @@ void Trainer::resume_from_checkpoint(const Comm& world) {
     if (world.rank() == 0 && !o_.quiet) std::printf("resume: no checkpoint in '%s' yet; starting afresh\n", spec.c_str());
     return;
   }
-  const LoadedCheckpoint c = load_checkpoint(path, net_, *opt_);
+  const LoadedCheckpoint c = load_checkpoint_on_root(world, path);
   const nlohmann::json now = run_info();
   for (const char* key : {"model", "optimizer", "seed", "batch_size"})
     H3D_USAGE_CHECK(c.run.contains(key) && c.run[key] == now[key],
@@ -220,6 +229,51 @@ void Trainer::resume_from_checkpoint(const Comm& world) {
     std::printf("resume: %s at step %lld (written under %s)\n", path, (long long)c.step,
                 c.run.contains("layout") && c.run["layout"].is_string() ? c.run["layout"].get<std::string>().c_str()
                                                                          : "?");
+}
+
+LoadedCheckpoint Trainer::load_checkpoint_on_root(const Comm& world, const std::string& path) {
+  // Rank 0 reads and verifies the checkpoint; the others get its contents
+  // over MPI. So the checkpoint directory need only be on rank 0's node (a
+  // node-local disk works), and the file system serves one reader.
+  char failure[1024] = {};
+  LoadedCheckpoint c;
+  std::string run_text;
+  if (world.rank() == 0) {
+    try {
+      c = load_checkpoint(path, net_, *opt_);
+      run_text = c.run.dump();
+    } catch (const std::exception& e) {
+      std::snprintf(failure, sizeof failure, "%s", e.what());
+    }
+  }
+  world.bcast(failure, sizeof failure, 0);
+  if (failure[0]) throw UsageError(failure);
+  auto bcast_string = [&](std::string& s) {
+    int64_t n = int64_t(s.size());
+    world.bcast(&n, sizeof n, 0);
+    s.resize(size_t(n));
+    world.bcast(&s[0], n, 0);
+  };
+  world.bcast(&c.step, sizeof c.step, 0);
+  bcast_string(run_text);
+  if (world.rank() != 0) c.run = nlohmann::json::parse(run_text);
+  for (auto* p : net_.params()) world.bcast(p->value.data(), p->value.numel() * int64_t(sizeof(float)), 0);
+  for (auto* b : net_.buffers()) world.bcast(b->value.data(), b->value.numel() * int64_t(sizeof(float)), 0);
+  OptimizerState st;
+  if (world.rank() == 0) st = opt_->state(net_.params());
+  int64_t count = int64_t(st.tensors.size());
+  world.bcast(&st.steps, sizeof st.steps, 0);
+  world.bcast(&count, sizeof count, 0);
+  st.tensors.resize(size_t(count));
+  for (auto& t : st.tensors) {
+    bcast_string(t.first);
+    int64_t n = int64_t(t.second.size());
+    world.bcast(&n, sizeof n, 0);
+    t.second.resize(size_t(n));
+    world.bcast(t.second.data(), n * int64_t(sizeof(float)), 0);
+  }
+  if (world.rank() != 0) opt_->load_state(net_.params(), st);
+  return c;
 }
 
 void Trainer::checkpoint(int64_t steps_done) {

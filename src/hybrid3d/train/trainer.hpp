@@ -17,6 +17,7 @@
 #include "hybrid3d/data/prefetcher.hpp"
 #include "hybrid3d/data/sampler.hpp"
 #include "hybrid3d/train/grad_reducer.hpp"
+#include "hybrid3d/train/checkpoint.hpp"
 #include "hybrid3d/train/lr_schedule.hpp"
 #include "hybrid3d/train/metrics.hpp"
 #include "hybrid3d/train/optimizer.hpp"
@@ -116,6 +117,7 @@ class Trainer {
   // What a checkpoint records of this run, and what a resume must match.
   nlohmann::json run_info() const;
   void resume_from_checkpoint(const Comm& world);
+  LoadedCheckpoint load_checkpoint_on_root(const Comm& world, const std::string& path);
   void checkpoint(int64_t steps_done);
 
   TrainOptions o_;
