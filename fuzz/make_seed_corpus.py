@@ -38,19 +38,19 @@ put("safetensors", "mixed_types", safetensors([("a", "F64", [2], "d", [1.0, -2.0
 put("safetensors", "empty_header", safetensors([]))
 
 
-def nifti1(dims, code, bits, fmt, values, slope=0.0, inter=0.0):
+def nifti1(dims, code, bits, fmt, values, slope=0.0, inter=0.0, order="<"):
     h = bytearray(348)
-    struct.pack_into("<i", h, 0, 348)
-    struct.pack_into("<8h", h, 40, len(dims), *dims, *([1] * (7 - len(dims))))
-    struct.pack_into("<hh", h, 70, code, bits)
-    struct.pack_into("<8f", h, 76, 1.0, 1.5, 1.5, 2.0, 1, 1, 1, 1)
-    struct.pack_into("<fff", h, 108, 352.0, slope, inter)
-    struct.pack_into("<hh", h, 252, 0, 1)
-    struct.pack_into("<4f", h, 280, 1.5, 0, 0, -10)
-    struct.pack_into("<4f", h, 296, 0, 1.5, 0, -10)
-    struct.pack_into("<4f", h, 312, 0, 0, 2.0, 5)
+    struct.pack_into(order + "i", h, 0, 348)
+    struct.pack_into(order + "8h", h, 40, len(dims), *dims, *([1] * (7 - len(dims))))
+    struct.pack_into(order + "hh", h, 70, code, bits)
+    struct.pack_into(order + "8f", h, 76, 1.0, 1.5, 1.5, 2.0, 1, 1, 1, 1)
+    struct.pack_into(order + "fff", h, 108, 352.0, slope, inter)
+    struct.pack_into(order + "hh", h, 252, 0, 1)
+    struct.pack_into(order + "4f", h, 280, 1.5, 0, 0, -10)
+    struct.pack_into(order + "4f", h, 296, 0, 1.5, 0, -10)
+    struct.pack_into(order + "4f", h, 312, 0, 0, 2.0, 5)
     h[344:348] = b"n+1\0"
-    return bytes(h) + b"\0\0\0\0" + struct.pack("<" + fmt * len(values), *values)
+    return bytes(h) + b"\0\0\0\0" + struct.pack(order + fmt * len(values), *values)
 
 
 def nifti2(dims, code, bits, fmt, values):
@@ -71,7 +71,17 @@ def nifti2(dims, code, bits, fmt, values):
 put("nifti", "uint8_4x3x2.nii", nifti1([4, 3, 2], 2, 8, "B", [i % 3 for i in range(24)]))
 put("nifti", "int16_slope.nii", nifti1([3, 3, 3], 4, 16, "h", [i - 10 for i in range(27)], slope=0.5, inter=-1))
 put("nifti", "float32_2d.nii", nifti1([5, 4], 16, 32, "f", [0.25 * i for i in range(20)]))
+put("nifti", "int16_big_endian.nii", nifti1([3, 2, 2], 4, 16, "h", [i * 100 - 500 for i in range(12)], order=">"))
 put("nifti", "float64_nifti2.nii", nifti2([2, 2, 3], 64, 64, "d", [float(i) for i in range(12)]))
+
+# Inputs that once crashed niftilib (found by this fuzzer; kept as regressions):
+# a NIfTI-2 header with dim[0] = 21898, and a byte-swapped NIfTI-2 header.
+h = bytearray(nifti2([2, 2, 3], 64, 64, "d", [0.0] * 12))
+struct.pack_into("<q", h, 16, 21898)
+put("nifti", "regress_dim0_21898.nii", bytes(h))
+h = bytearray(nifti2([2, 2, 3], 64, 64, "d", [0.0] * 12))
+h[0:4] = struct.pack(">i", 540)
+put("nifti", "regress_swapped_nifti2.nii", bytes(h))
 
 lines = lambda *a: "\n".join(a)
 put("command_line", "train_unet", lines("train", "--model", "unet3d", "--input-size", "48", "--spatial", "2x2x1",

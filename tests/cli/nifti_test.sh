@@ -118,7 +118,7 @@ set -e
 [ "$code" -ne 0 ] && [ "$code" -ne 124 ] && ! grep -q "^step" <<<"$msg" || { echo "FAIL bad pairs: exit $code"; exit 1; }
 for want in "6 of 7 files are unusable" "nolabel.nii.gz' has no label file" "floatlabel.nii.gz' has labels" \
   "negative.nii' has dimension 2 = -5 in its header" \
-  "mismatch.nii.gz' is 16x16x16 but its labels" "text.nii' is not a readable NIfTI file" "cut.nii.gz'"; do
+  "mismatch.nii.gz' is 16x16x16 but its labels" "text.nii' is shorter than a NIfTI header" "cut.nii.gz'"; do
   grep -qF -- "$want" <<<"$msg" || { echo "FAIL bad pairs: no '$want' in: $msg"; exit 1; }
 done
 echo "ok   bad NIfTI pairs named before the first step (exit $code)"

@@ -1,6 +1,7 @@
 #include "hybrid3d/data/nifti_io.hpp"
 
 #include <nifti2_io.h>
+#include <znzlib.h>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -26,29 +27,79 @@ bool ends_with(const std::string& s, const char* tail) {
   return s.size() >= n && s.compare(s.size() - n, n, tail) == 0;
 }
 
+// Reads `n` bytes at `off` of the header as a little- or big-endian integer.
+int64_t field(const unsigned char* h, size_t off, size_t n, bool swapped) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < n; ++i) v |= uint64_t(h[off + (swapped ? n - 1 - i : i)]) << (8 * i);
+  if (n < 8 && (v >> (8 * n - 1)) & 1) v |= ~uint64_t(0) << (8 * n);  // sign-extend
+  return int64_t(v);
+}
+
+// Checks, from the header's own bytes, everything niftilib trusts before it
+// builds an image: the version and byte order, dim[0] (niftilib indexes its
+// 8-entry arrays up to it), every size, the data type and its bits, the data
+// offset. niftilib alone turns sizes below 1 into 1, and crashed (fuzzing)
+// on dim[0] = 21898 and on byte-swapped NIfTI-2 headers.
+void check_raw_header(const std::string& path) {
+  unsigned char h[540] = {};
+  znzFile f = znzopen(path.c_str(), "rb", ends_with(path, ".gz"));
+  if (znz_isnull(f)) throw std::runtime_error("cannot be opened: " + std::string(std::strerror(errno)));
+  const size_t got = znzread(h, 1, sizeof h, f);
+  znzclose(f);
+  if (got < 348) throw std::runtime_error("is shorter than a NIfTI header (" + std::to_string(got) + " bytes)");
+  int version = 0;
+  bool swapped = false;
+  for (bool sw : {false, true}) {
+    const int64_t size = field(h, 0, 4, sw);
+    if (size == 348 || (size == 540 && got == 540)) version = size == 348 ? 1 : 2, swapped = sw;
+    if (version) break;
+  }
+  if (!version) throw std::runtime_error("is not a NIfTI file (its first 4 bytes are no NIfTI-1 or NIfTI-2 header size)");
+  if (version == 2 && swapped)
+    throw std::runtime_error("is a big-endian NIfTI-2 file, which niftilib cannot read safely; convert it to "
+                             "little-endian (for example with nibabel) first");
+  const size_t dim_at = version == 1 ? 40 : 16, dim_bytes = version == 1 ? 2 : 8;
+  const int64_t ndim = field(h, dim_at, dim_bytes, swapped);
+  if (ndim < 1 || ndim > 7)
+    throw std::runtime_error("has dim[0] = " + std::to_string(ndim) + " in its header; a NIfTI header has 1 to 7 dimensions");
+  for (int d = 1; d <= ndim; ++d) {
+    const int64_t n = field(h, dim_at + size_t(d) * dim_bytes, dim_bytes, swapped);
+    if (n < 1 || n > (int64_t(1) << 31))
+      throw std::runtime_error("has dimension " + std::to_string(d) + " = " + std::to_string(n) +
+                               " in its header; sizes must be 1 to 2^31");
+  }
+  const int64_t type = field(h, version == 1 ? 70 : 12, 2, swapped), bits = field(h, version == 1 ? 72 : 14, 2, swapped);
+  const int expected = type == DT_UINT8 || type == DT_INT8 ? 8 : type == DT_INT16 || type == DT_UINT16 ? 16
+                     : type == DT_INT32 || type == DT_UINT32 || type == DT_FLOAT32 ? 32
+                     : type == DT_INT64 || type == DT_FLOAT64 ? 64 : 0;
+  if (!expected) throw std::runtime_error("has data type code " + std::to_string(type) + "; expected an integer or float type");
+  if (bits != expected)
+    throw std::runtime_error("says " + std::to_string(bits) + " bits per voxel for data type code " + std::to_string(type) +
+                             " (which has " + std::to_string(expected) + ")");
+  double offset = 0;
+  if (version == 1) {
+    uint32_t raw = uint32_t(field(h, 108, 4, swapped));
+    float v;
+    std::memcpy(&v, &raw, 4);
+    offset = v;
+  } else {
+    offset = double(field(h, 168, 8, swapped));
+  }
+  if (!(offset >= double(version == 1 ? 348 : 540) && offset <= double(int64_t(1) << 40)))
+    throw std::runtime_error("has data offset " + std::to_string(offset) + " in its header, before the header's end or "
+                             "past any file");
+}
+
 Nim open_header(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) throw std::runtime_error("cannot be read: " + std::string(std::strerror(errno)));
-  nifti_set_debug_level(0);  // errors come back to us, not to stderr
-  // The raw header first: the library quietly turns sizes below 1 into 1.
+  if (!S_ISREG(st.st_mode)) throw std::runtime_error("is not a regular file");
+  nifti_set_debug_level(0);  // errors come back to us
+  check_raw_header(path);
+  // Then the library's own checks before it builds an image.
   int version = 0;
-  void* raw = nifti_read_header(path.c_str(), &version, 0);
-  if (!raw) throw std::runtime_error("is not a readable NIfTI file (bad header or truncated)");
-  int64_t dims[8] = {};
-  for (int d = 0; d < 8; ++d)
-    dims[d] = version == 2 ? static_cast<nifti_2_header*>(raw)->dim[d] : static_cast<nifti_1_header*>(raw)->dim[d];
-  std::free(raw);
-  // niftilib indexes its 8-entry dim arrays up to dim[0]: check it first.
-  if (dims[0] < 1 || dims[0] > 7)
-    throw std::runtime_error("has dim[0] = " + std::to_string(dims[0]) +
-                             " in its header; a NIfTI header has 1 to 7 dimensions");
-  for (int d = 1; d <= dims[0]; ++d)
-    if (dims[d] < 1)
-      throw std::runtime_error("has dimension " + std::to_string(d) + " = " + std::to_string(dims[d]) +
-                               " in its header; sizes must be positive");
-  // Then the library's own checks (data type, sizes, offsets) before it builds an image.
-  raw = nifti_read_header(path.c_str(), &version, 1);
-  if (!raw) throw std::runtime_error("has an inconsistent NIfTI header (data type, bits per voxel or offsets)");
+  void* raw = nifti_read_header(path.c_str(), &version, 1);
+  if (!raw) throw std::runtime_error("has an inconsistent NIfTI header");
   std::free(raw);
   Nim nim(nifti_image_read(path.c_str(), 0));
   if (!nim) throw std::runtime_error("is not a readable NIfTI file (bad header or truncated)");
