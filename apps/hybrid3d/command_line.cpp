@@ -29,7 +29,6 @@ std::vector<T> parse_list(const std::string& s, const char* flag) {
   return out;
 }
 
-
 }  // namespace
 
 CommandLine::CommandLine() {
@@ -253,14 +252,13 @@ void CommandLine::finish_train() {
   threads = threads_;
   if (threads < 0) H3D_THROW(UsageError, "--threads must be positive");
   if (overlap_ == "auto")
-    overlap_value_ = Overlap::kAuto;
+    train.overlap = Overlap::kAuto;
   else if (overlap_ == "on")
-    overlap_value_ = Overlap::kOn;
+    train.overlap = Overlap::kOn;
   else if (overlap_ == "off")
-    overlap_value_ = Overlap::kOff;
+    train.overlap = Overlap::kOff;
   else
     H3D_THROW(UsageError, "--overlap must be on, off or auto, not '" << overlap_ << "'");
-  train.overlap = overlap_value_;
   train.prefetch = !no_prefetch_;
   train.spatial = ProcessGrid::parse_spatial(spatial_);
   train.schedule.boundaries = parse_list<int64_t>(decay_boundaries_, "--decay-boundaries");

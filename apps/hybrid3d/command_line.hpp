@@ -37,7 +37,6 @@ class CommandLine {
   PreprocessOptions preprocess;
   PredictOptions predict;
   int threads = 0;  // --threads of train or predict (0: the default)
-  Overlap overlap() const { return overlap_value_; }
 
  private:
   // Replaces `--config FILE` after the subcommand by the file's flags, put
@@ -53,7 +52,6 @@ class CommandLine {
   int threads_ = 0, pred_threads_ = 0;
   bool no_prefetch_ = false;
   std::string config_help_only_;
-  Overlap overlap_value_ = Overlap::kAuto;
 };
 
 }  // namespace h3d

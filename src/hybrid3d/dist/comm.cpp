@@ -117,4 +117,21 @@ void Comm::bcast(void* data, int64_t bytes, int root) const {
                       comm_));
 }
 
+std::string run_on_root(const Comm& comm, const std::function<void()>& work) {
+  std::string failure;
+  if (comm.rank() == 0) {
+    try {
+      work();
+    } catch (const std::exception& e) {
+      failure = e.what();
+      if (failure.empty()) failure = "unknown error";
+    }
+  }
+  int64_t n = int64_t(failure.size());
+  comm.bcast(&n, sizeof n, 0);
+  failure.resize(size_t(n));
+  comm.bcast(&failure[0], n, 0);
+  return failure;
+}
+
 }  // namespace h3d

@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,10 @@ void mpi_check(int rc, const char* what, const char* file, int line);
 int mpi_init(int* argc, char*** argv);
 bool mpi_thread_multiple();
 class Comm;
+// Runs `work` on rank 0 alone (file system work one rank does for all);
+// every rank returns what it threw (its what()), or "" if it succeeded, so
+// all can fail alike instead of leaving the others waiting. Collective.
+std::string run_on_root(const Comm& comm, const std::function<void()>& work);
 // Ranks of `world` on this node (collective), and the node's logical cores.
 int ranks_on_this_node(const Comm& world);
 int cores_on_this_node();

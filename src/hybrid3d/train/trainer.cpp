@@ -163,18 +163,12 @@ Trainer::Trainer(const Comm& world, TrainOptions o) : o_(std::move(o)) {
     // A directory too small for even one checkpoint is refused now; one too
     // small for --keep of them is only warned about (older ones may go).
     // Only rank 0 writes checkpoints, so only its view of the disk counts.
-    char refusal[1024] = {};
-    if (world.rank() == 0) {
+    const std::string refusal = run_on_root(world, [&] {
       const int slots = o_.optimizer.kind == "adam" ? 2 : o_.optimizer.momentum != 0 ? 1 : 0;
-      try {
-        const std::string warning = check_checkpoint_space(o_.checkpoint_dir, checkpoint_bytes(net_, slots), o_.keep);
-        if (!warning.empty()) std::fprintf(stderr, "hybrid3d: warning: %s\n", warning.c_str());
-      } catch (const UsageError& e) {
-        std::snprintf(refusal, sizeof refusal, "%s", e.what());
-      }
-    }
-    world.bcast(refusal, sizeof refusal, 0);
-    if (refusal[0]) throw UsageError(refusal);
+      const std::string warning = check_checkpoint_space(o_.checkpoint_dir, checkpoint_bytes(net_, slots), o_.keep);
+      if (!warning.empty()) std::fprintf(stderr, "hybrid3d: warning: %s\n", warning.c_str());
+    });
+    if (!refusal.empty()) throw UsageError(refusal);
   }
   if (!o_.resume.empty()) resume_from_checkpoint(world);
   metrics_.open(o_.metrics, world.rank() == 0, start_step_ > 0);
@@ -235,19 +229,13 @@ LoadedCheckpoint Trainer::load_checkpoint_on_root(const Comm& world, const std::
   // Rank 0 reads and verifies the checkpoint; the others get its contents
   // over MPI. So the checkpoint directory need only be on rank 0's node (a
   // node-local disk works), and the file system serves one reader.
-  char failure[1024] = {};
   LoadedCheckpoint c;
   std::string run_text;
-  if (world.rank() == 0) {
-    try {
-      c = load_checkpoint(path, net_, *opt_);
-      run_text = c.run.dump();
-    } catch (const std::exception& e) {
-      std::snprintf(failure, sizeof failure, "%s", e.what());
-    }
-  }
-  world.bcast(failure, sizeof failure, 0);
-  if (failure[0]) throw UsageError(failure);
+  const std::string failure = run_on_root(world, [&] {
+    c = load_checkpoint(path, net_, *opt_);
+    run_text = c.run.dump();
+  });
+  if (!failure.empty()) throw UsageError(failure);
   auto bcast_string = [&](std::string& s) {
     int64_t n = int64_t(s.size());
     world.bcast(&n, sizeof n, 0);
@@ -280,16 +268,9 @@ void Trainer::checkpoint(int64_t steps_done) {
   const auto t0 = std::chrono::steady_clock::now();
   // Rank 0 writes; every rank learns the outcome, so a failure (a full disk)
   // stops the whole job alike, with one message, instead of an abort.
-  char failure[1024] = {};
-  if (grid_->world().rank() == 0) {
-    try {
-      write_checkpoint(o_.checkpoint_dir, steps_done, net_, *opt_, run_info(), o_.keep);
-    } catch (const std::exception& e) {
-      std::snprintf(failure, sizeof failure, "%s", e.what());
-    }
-  }
-  grid_->world().bcast(failure, sizeof failure, 0);
-  if (failure[0]) {
+  const std::string failure = run_on_root(
+      grid_->world(), [&] { write_checkpoint(o_.checkpoint_dir, steps_done, net_, *opt_, run_info(), o_.keep); });
+  if (!failure.empty()) {
     H3D_THROW(CheckpointError, "the checkpoint at step " << steps_done << " could not be written (" << failure
                                    << "); training stopped. "
                                    << (last_checkpoint_step_ > 0
@@ -423,11 +404,7 @@ std::string Trainer::where_nonfinite(int64_t step) {
   Tensor x;
   std::vector<float> t;
   load_batch(*train_src_, local_batch(step), x, t);
-  int64_t lo, hi;
-  local_range(lo, hi);
-  StepContext ctx{backend_.get(), grid_.get(), true, o_.model.seed, step, {}};
-  ctx.overlap_halo = false;
-  for (int64_t p = lo; p < hi; ++p) ctx.batch_positions.push_back(p);
+  StepContext ctx = training_context(step);
   const int64_t none = int64_t(net_.layers().size());
   int64_t first = none;
   net_.forward(ctx, std::move(x), [&](int64_t layer, const Tensor& out) {
@@ -457,9 +434,16 @@ std::string Trainer::first_nonfinite_gradient() {
   return "";
 }
 
-double Trainer::train_step(int64_t step) {
+StepContext Trainer::training_context(int64_t step) const {
   int64_t lo, hi;
   local_range(lo, hi);
+  StepContext ctx{backend_.get(), grid_.get(), true, o_.model.seed, step, {}};
+  ctx.overlap_halo = o_.overlap != Overlap::kOff;
+  for (int64_t p = lo; p < hi; ++p) ctx.batch_positions.push_back(p);
+  return ctx;
+}
+
+double Trainer::train_step(int64_t step) {
   const std::vector<int64_t> mine = local_batch(step);
   {
     ProfileScope timed(prof::kDataWait);
@@ -473,9 +457,7 @@ double Trainer::train_step(int64_t step) {
     last_data_wait_ = Profiler::now() - t0;
   }
 
-  StepContext ctx{backend_.get(), grid_.get(), true, o_.model.seed, step, {}};
-  ctx.overlap_halo = o_.overlap != Overlap::kOff;
-  for (int64_t p = lo; p < hi; ++p) ctx.batch_positions.push_back(p);
+  StepContext ctx = training_context(step);
   output_ = net_.forward(ctx, std::move(input_));
 
   const double loss = loss_and_gradient(step);
