@@ -12,14 +12,15 @@ namespace h3d::test {
 
 // World 2: data-only, spatial along each single dimension.
 // World 3: uneven blocks. World 4: 2x2x1, 2 data x 2x1x1, 1x4x1 (one- and
-// two-voxel blocks, halos wider than a block). World 8: 2x2x2.
+// two-voxel blocks, halos wider than a block). World 8: 2x2x2, 1x4x2, and
+// 2 data groups x 2x2x1.
 inline std::vector<std::array<int, 3>> layouts_for(int world) {
   switch (world) {
     case 1: return {{1, 1, 1}};
     case 2: return {{1, 1, 1}, {2, 1, 1}, {1, 2, 1}, {1, 1, 2}};
     case 3: return {{3, 1, 1}, {1, 1, 3}};
     case 4: return {{2, 2, 1}, {2, 1, 1}, {1, 4, 1}};
-    case 8: return {{2, 2, 2}};
+    case 8: return {{2, 2, 2}, {1, 4, 2}, {2, 2, 1}};
     default: return {{1, 1, 1}};
   }
 }

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "hybrid3d/backend/cpu/cpu_backend.hpp"
 #include "hybrid3d/backend/ref/ref_backend.hpp"
@@ -182,34 +183,67 @@ TEST(ConvBackends, FirstLayerOnCounts) {
 }
 
 // A convolution computed box by box (an interior and the faces around it,
-// as the halo overlap does) equals the whole one, on both backends, also
-// with padding and stride inside the regions.
-TEST(ConvBackends, RegionsTileTheOutput) {
+// as the halo overlap does, or any single box) gives each output bitwise as
+// the whole convolution does, on every backend: so --overlap on and off give
+// the same bits. Channel counts that oneDNN blocks (8, 16) and does not (1,
+// 3), every kernel size, both strides, outputs from 1 to 8 voxels wide, and
+// boxes down to a single voxel (which oneDNN would otherwise run as an inner
+// product, in another order). Like the layers, the kernel gets a padded copy
+// of its input and no padding of its own.
+TEST(ConvBackends, RegionsEqualTheWholeBitwise) {
   RefBackend ref;
   CpuBackend cpu;
+  int cases = 0, boxes = 0;
   for (Backend* be : {static_cast<Backend*>(&ref), static_cast<Backend*>(&cpu)})
-    for (int stride : {1, 2}) {
-      Window1D w = make_window(3, stride, Padding::kHalf);
-      ConvDesc d;
-      d.n = 2;
-      d.cin = 3;
-      d.cout = 4;
-      d.in = {9, 8, 10};
-      for (int i = 0; i < 3; ++i) d.out[size_t(i)] = w.out_extent(d.in[size_t(i)]);
-      d.k = {3, 3, 3};
-      d.stride = {stride, stride, stride};
-      d.pad_lo = {1, 1, 1};
-      d.pad_hi = {1, 1, 1};
-      d.bias = true;
-      Tensor x = rnd({d.n, d.cin, d.in[0], d.in[1], d.in[2]}, 1), wt = rnd({d.cout, d.cin, 3, 3, 3}, 2),
-             b = rnd({d.cout}, 3);
-      Tensor whole({d.n, d.cout, d.out[0], d.out[1], d.out[2]}), tiled(whole.shape(), -7.0f);
-      be->conv3d_forward(d, x.data(), wt.data(), b.data(), whole.data());
-      const Box all{{Range{0, d.out[0]}, Range{0, d.out[1]}, Range{0, d.out[2]}}};
-      const Box inner{{Range{1, d.out[0] - 1}, Range{2, d.out[1]}, Range{0, d.out[2] - 1}}};
-      be->conv3d_forward_region(d, x.data(), wt.data(), b.data(), tiled.data(), inner);
-      for (const Box& r : PaddedInput::around(all, inner))
-        be->conv3d_forward_region(d, x.data(), wt.data(), b.data(), tiled.data(), r);
-      EXPECT_LT(test::rel_diff(tiled, whole), test::kTol) << be->name() << " stride " << stride;
-    }
+    for (int64_t c : {1, 3, 8, 16})
+      for (int k = 1; k <= 5; ++k)
+        for (int stride : {1, 2})
+          for (int64_t side : {3, 5, 8}) {
+            // No padding: the layers pass the kernel a halo-padded copy.
+            const Window1D w = make_window(k, stride, Padding::kValid);
+            ConvDesc d;
+            d.n = 2;
+            d.cin = c;
+            d.cout = c == 1 ? 8 : c;
+            d.in = {side + k - 1, side + k, side + k - 2};
+            for (int i = 0; i < 3; ++i) d.out[size_t(i)] = w.out_extent(d.in[size_t(i)]);
+            d.k = {k, k, k};
+            d.stride = {stride, stride, stride};
+            d.pad_lo = {w.p_lo, w.p_lo, w.p_lo};
+            d.pad_hi = {w.p_hi, w.p_hi, w.p_hi};
+            d.bias = true;
+            const uint64_t seed = uint64_t(cases) * 3;
+            Tensor x = rnd({d.n, d.cin, d.in[0], d.in[1], d.in[2]}, seed + 1),
+                   wt = rnd({d.cout, d.cin, k, k, k}, seed + 2), b = rnd({d.cout}, seed + 3);
+            Tensor whole({d.n, d.cout, d.out[0], d.out[1], d.out[2]});
+            be->conv3d_forward(d, x.data(), wt.data(), b.data(), whole.data());
+            const Box all{{Range{0, d.out[0]}, Range{0, d.out[1]}, Range{0, d.out[2]}}};
+            // The overlap's tiling: an interior one voxel in from each side, and the faces.
+            Box inner;
+            for (int i = 0; i < 3; ++i) inner.r[i] = Range{1, std::max<int64_t>(1, d.out[size_t(i)] - 1)};
+            std::vector<Box> tiles = PaddedInput::around(all, inner);
+            if (!inner.empty()) tiles.push_back(inner);
+            Tensor tiled(whole.shape(), std::nanf(""));
+            for (const Box& r : tiles) be->conv3d_forward_region(d, x.data(), wt.data(), b.data(), tiled.data(), r);
+            EXPECT_EQ(std::memcmp(tiled.data(), whole.data(), size_t(whole.numel()) * sizeof(float)), 0)
+                << be->name() << " c" << c << " k" << k << " s" << stride << " side " << side << ": tiles differ";
+            // Single voxels: the last one, and the centre.
+            for (const std::array<int64_t, 3>& p : {std::array<int64_t, 3>{d.out[0] - 1, d.out[1] - 1, d.out[2] - 1},
+                                                    std::array<int64_t, 3>{d.out[0] / 2, d.out[1] / 2, d.out[2] / 2}}) {
+              const Box one{{Range{p[0], p[0] + 1}, Range{p[1], p[1] + 1}, Range{p[2], p[2] + 1}}};
+              Tensor y(whole.shape(), std::nanf(""));
+              be->conv3d_forward_region(d, x.data(), wt.data(), b.data(), y.data(), one);
+              for (int64_t q = 0; q < d.n * d.cout; ++q) {
+                const int64_t at = ((q * d.out[0] + p[0]) * d.out[1] + p[1]) * d.out[2] + p[2];
+                ASSERT_EQ(std::memcmp(&y[at], &whole[at], sizeof(float)), 0)
+                    << be->name() << " c" << c << " k" << k << " s" << stride << " side " << side << ": voxel ("
+                    << p[0] << "," << p[1] << "," << p[2] << ") of plane " << q << ": " << y[at] << " vs " << whole[at];
+              }
+              ++boxes;
+            }
+            boxes += int(tiles.size());
+            ++cases;
+          }
+  EXPECT_EQ(cases, 2 * 4 * 5 * 2 * 3);
+  std::printf("[ checked  ] %d convolutions, %d boxes\n", cases, boxes);
 }

@@ -47,8 +47,10 @@ class Backend {
   // y[n, cout, out] = conv(x[n, cin, in], w[cout, cin, k]) + b
   virtual void conv3d_forward(const ConvDesc& d, const float* x, const float* w, const float* b, float* y) = 0;
   // Only the outputs in `region` (local output indices) of y, which has d's
-  // full output extents; the rest of y is left alone. The default copies
-  // the input region out and the result back.
+  // full output extents; the rest of y is left alone. Each output must come
+  // out bitwise as conv3d_forward(d) computes it: the halo overlap computes
+  // a layer region by region, and must give what the blocking path gives.
+  // The default copies the input region out and the result back.
   virtual void conv3d_forward_region(const ConvDesc& d, const float* x, const float* w, const float* b, float* y,
                                      const Box& region);
   // dx[n, cin, in] = conv^T(dy, w)   (overwrites dx)

@@ -42,7 +42,6 @@ memory::desc plain_view(int64_t n, int64_t c, const std::array<int64_t, 3>& e, s
 
 constexpr int64_t kReductionPoints = 4096;
 constexpr int64_t kMaxStagingBytes = int64_t(32) << 20;
-constexpr int64_t kMinBlockedPoints = 512;
 
 // Ranges of output planes along D, each as a convolution of its own.
 struct DSlab {
@@ -96,20 +95,22 @@ void StagedArg::finish_output(dnnl::stream& s, memory& written, float* p) {
 }
 
 CpuBackend::Impl::ConvPrims& CpuBackend::Impl::conv(const ConvDesc& d, const std::array<int64_t, 3>& src_parent,
-                                                     const std::array<int64_t, 3>& dst_parent) {
+                                                     const std::array<int64_t, 3>& dst_parent, const ConvPrims* like) {
   std::string key = d.key();
   for (int i = 0; i < 3; ++i) key += "|" + std::to_string(src_parent[size_t(i)]) + "," + std::to_string(dst_parent[size_t(i)]);
+  if (like) key += "|like " + like->forward_impl;
   auto it = convs.find(key);
   if (it != convs.end()) return *it->second;
   const memory::desc src = plain_view(d.n, d.cin, d.in, src_parent);
   const memory::desc dst = plain_view(d.n, d.cout, d.out, dst_parent);
   const memory::desc wei({d.cout, d.cin, d.k[0], d.k[1], d.k[2]}, dt::f32, tag::oidhw);
   const memory::desc bia({d.cout}, dt::f32, tag::x);
-  // Tiny outputs (the last layers of cosmoflow-lbann: 2^3 voxels) take
-  // longer to stage than to compute: they stay plain and dense (oneDNN's
-  // gemm path; a strided view of a region is still copied to dense).
-  const bool blocked = d.n * d.out[0] * d.out[1] * d.out[2] >= kMinBlockedPoints;
-  auto any = [blocked](const memory::desc& m) { return memory::desc(m.dims(), dt::f32, blocked ? tag::any : tag::abcde); };
+  // Every shape, tiny ones included, takes the layouts oneDNN picks: its
+  // direct kernels compute each output point in the same order whatever
+  // the extents, so a region, a slab or a block gives the bits of the
+  // whole convolution. (The plain gemm path that tiny outputs once took
+  // does not: its sums run in an order that depends on the extents.)
+  auto any = [](const memory::desc& m) { return memory::desc(m.dims(), dt::f32, tag::any); };
   const memory::desc no_bias;
   const auto st = dims3(d.stride), pl = dims3(d.pad_lo), pr = dims3(d.pad_hi);
   auto p = std::make_unique<ConvPrims>();
@@ -117,6 +118,16 @@ CpuBackend::Impl::ConvPrims& CpuBackend::Impl::conv(const ConvDesc& d, const std
     dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
                                        any(src), any(wei), d.bias ? bia : no_bias, any(dst), st, pl, pr);
     dnnl::convolution_forward::primitive_desc fpd(fd, eng);
+    // A region takes the whole convolution's implementation where oneDNN
+    // has it for the region's shape: a 1x1x1 region, say, would otherwise
+    // run as an inner product, which sums in another order.
+    if (like) {
+      dnnl::convolution_forward::primitive_desc probe = fpd;
+      while (probe.impl_info_str() != like->forward_impl && probe.next_impl()) {
+      }
+      if (probe.impl_info_str() == like->forward_impl) fpd = probe;
+    }
+    p->forward_impl = fpd.impl_info_str();
     dnnl::convolution_backward_data::desc bd(dnnl::algorithm::convolution_direct, any(src), any(wei), any(dst), st,
                                              pl, pr);
     dnnl::convolution_backward_data::primitive_desc bpd(bd, eng, fpd);
@@ -190,6 +201,7 @@ void CpuBackend::conv3d_forward(const ConvDesc& d, const float* x, const float* 
 void CpuBackend::conv3d_forward_region(const ConvDesc& d, const float* x, const float* w, const float* b, float* y,
                                        const Box& region) {
   if (region.empty()) return;
+  const Impl::ConvPrims& whole = impl_->conv(d);
   // A large region goes in slabs along D, so that its staging copy (in the
   // blocked layout) never doubles the biggest activation of the network.
   const int64_t plane_bytes = d.n * d.cout * region.r[1].size() * region.r[2].size() * int64_t(sizeof(float));
@@ -200,7 +212,7 @@ void CpuBackend::conv3d_forward_region(const ConvDesc& d, const float* x, const 
     std::array<int64_t, 3> o{};
     const ConvDesc s = sub_convolution(d, slab, o);
     // Views into x and y (their strides), staged like any other argument.
-    auto& p = impl_->conv(s, d.in, d.out);
+    auto& p = impl_->conv(s, d.in, d.out, &whole);
     const float* xs = x + (o[0] * d.in[1] + o[1]) * d.in[2] + o[2];
     float* ys = y + (slab.r[0].lo * d.out[1] + slab.r[1].lo) * d.out[2] + slab.r[2].lo;
     dnnl_call("convolution forward (region)", [&] { forward_once(p, impl_->eng, impl_->strm, s, xs, w, b, ys); });

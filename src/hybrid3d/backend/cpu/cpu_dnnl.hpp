@@ -57,13 +57,17 @@ struct CpuBackend::Impl {
     // forward: src, weights, dst; backward-data: diff_dst, weights, diff_src;
     // backward-weights: src, diff_dst, diff_weights (bias stays plain: 1-D).
     StagedArg f_src, f_wei, f_dst, d_ddst, d_wei, d_dsrc, w_src, w_ddst, w_dwei;
+    std::string forward_impl;  // oneDNN's name of the forward implementation
   };
   // Built on first use per shape (cpu_conv.cpp). `src_parent` and
   // `dst_parent` are the extents of the tensors the arguments are views of
   // (a slab along D reads planes of a larger NCDHW tensor); empty: dense.
+  // `like`: the whole convolution a region of it is computed for; the
+  // region takes its layouts and its forward implementation, so that each
+  // output is computed as the whole convolution computes it.
   std::unordered_map<std::string, std::unique_ptr<ConvPrims>> convs;
   ConvPrims& conv(const ConvDesc& d, const std::array<int64_t, 3>& src_parent = {},
-                  const std::array<int64_t, 3>& dst_parent = {});
+                  const std::array<int64_t, 3>& dst_parent = {}, const ConvPrims* like = nullptr);
 };
 
 }  // namespace h3d
