@@ -118,8 +118,10 @@ CommandLine::CommandLine() {
                     "this node's ranks x threads exceed its cores)")
       ->capture_default_str();
   train_->add_option("--data-store-mib", train.data_store_mib,
-                    "keep the blocks read from files in memory, up to this many MiB per rank (0: off; default: "
-                    "a quarter of the node's available memory, shared by its ranks)");
+                    "keep the blocks read from files or generated (synthetic universes) in memory, up to this "
+                    "many MiB per rank for the training, validation and test sets together (0: off; default: a "
+                    "quarter of the node's available memory, shared by its ranks); blocks beyond it are read "
+                    "or generated again");
   train_->add_flag("--no-prefetch", no_prefetch_,
                   "load each mini-batch in its step (default: the next one loads in the background, for files)");
   train_->add_option("--read-mode", train.read_mode,

@@ -11,8 +11,8 @@
 
 namespace h3d {
 
-DataStore::DataStore(std::unique_ptr<SampleSource> inner, int64_t limit_bytes)
-    : inner_(std::move(inner)), limit_(std::max<int64_t>(0, limit_bytes)) {}
+DataStore::DataStore(std::unique_ptr<SampleSource> inner, std::shared_ptr<CacheBudget> budget)
+    : inner_(std::move(inner)), budget_(std::move(budget)) {}
 
 void DataStore::load(int64_t index, const Box& box, float* out, float* target) {
   const int64_t n = box.volume() * channels();
@@ -30,7 +30,7 @@ void DataStore::load(int64_t index, const Box& box, float* out, float* target) {
   // the group's largest.
   const int64_t nt = targets_of(box);
   const int64_t need = inner_->group_max((n + nt) * int64_t(sizeof(float)));
-  if (it != kept_.end() || bytes_ + need > limit_) return;
+  if (it != kept_.end() || !budget_->take(need)) return;
   Entry e{box, std::vector<float>(out, out + n), std::vector<float>(target, target + nt)};
   kept_.emplace(index, std::move(e));
   bytes_ += need;
@@ -38,11 +38,12 @@ void DataStore::load(int64_t index, const Box& box, float* out, float* target) {
 
 std::string DataStore::describe() const {
   std::ostringstream os;
-  os << inner_->describe() << "; data store up to " << limit_ / (1 << 20) << " MiB per rank";
+  os << inner_->describe() << "; data store up to " << budget_->limit() / (1 << 20)
+     << " MiB per rank (shared by the training, validation and test sets)";
   return os.str();
 }
 
-int64_t default_store_bytes(int ranks_on_node) {
+int64_t default_cache_bytes(int ranks_on_node) {
   // MemAvailable from /proc/meminfo (kB); if unreadable, the physical pages.
   int64_t avail = 0;
   std::ifstream f("/proc/meminfo");

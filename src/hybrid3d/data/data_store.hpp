@@ -1,11 +1,12 @@
 // DataStore: keeps the blocks a rank has read in memory, so that only the
 // first epoch touches the file system (LBANN's data store).
 //
-// It wraps a file source: load() answers from memory when this rank read
-// the same block of the same sample before, and otherwise reads it and
-// keeps it while the store is under its byte limit (first come, first
-// kept; nothing is evicted, so later epochs read the same samples from
-// memory every time). When an epoch's shuffle sends a sample to another
+// It wraps a file source or the synthetic generator: load() answers from
+// memory when this rank loaded the same block of the same sample before,
+// and otherwise loads it and keeps it while the run's CacheBudget (shared
+// with the other stores) has room (first come, first kept; nothing is
+// evicted, so later epochs read the same samples from memory every time,
+// and the rest from the source). When an epoch's shuffle sends a sample to another
 // data group, that group's ranks read it from the file (and keep it then):
 // moving blocks between ranks over MPI would need every rank to know, a
 // step ahead, who holds what, and at the cost of a second copy in flight;
@@ -15,13 +16,14 @@
 #include <memory>
 #include <vector>
 
+#include "hybrid3d/data/cache_budget.hpp"
 #include "hybrid3d/data/sample_source.hpp"
 
 namespace h3d {
 
 class DataStore : public SampleSource {
  public:
-  DataStore(std::unique_ptr<SampleSource> inner, int64_t limit_bytes);
+  DataStore(std::unique_ptr<SampleSource> inner, std::shared_ptr<CacheBudget> budget);
   int64_t size() const override { return inner_->size(); }
   std::array<int64_t, 3> extent() const override { return inner_->extent(); }
   int64_t channels() const override { return inner_->channels(); }
@@ -31,7 +33,8 @@ class DataStore : public SampleSource {
 
   int64_t hits() const { return hits_; }
   int64_t misses() const { return misses_; }
-  int64_t bytes() const { return bytes_; }
+  int64_t bytes() const { return bytes_; }  // kept by this store
+  const CacheBudget& budget() const { return *budget_; }
 
  private:
   struct Entry {
@@ -40,12 +43,9 @@ class DataStore : public SampleSource {
     std::vector<float> target;
   };
   std::unique_ptr<SampleSource> inner_;
-  int64_t limit_ = 0, bytes_ = 0, hits_ = 0, misses_ = 0;
+  std::shared_ptr<CacheBudget> budget_;
+  int64_t bytes_ = 0, hits_ = 0, misses_ = 0;
   std::map<int64_t, Entry> kept_;
 };
-
-// The default store limit for this rank: a quarter of the node's available
-// memory, shared among its ranks.
-int64_t default_store_bytes(int ranks_on_node);
 
 }  // namespace h3d

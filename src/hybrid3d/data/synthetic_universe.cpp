@@ -231,19 +231,15 @@ SyntheticUniverses::SyntheticUniverses(const Comm& group, int64_t side, int64_t 
 
 void SyntheticUniverses::load(int64_t index, const Box& box, float* out, float* target) {
   H3D_CHECK(index >= 0 && index < count_, "sample index " << index << " out of range");
-  if (!(box == cached_box_)) {
-    cache_.clear();
-    cached_box_ = box;
-  }
-  int64_t gid = offset_ + index;
+  const int64_t gid = offset_ + index;
   universe_unit_par(seed_, gid, target);
-  auto it = cache_.find(index);
-  if (it == cache_.end()) {
-    float u[4];
-    it = cache_.emplace(index, generate_universe_block(group_, side_, seed_, gid, box, u)).first;
-  }
-  const auto& b = it->second;
+  float u[4];
+  const std::vector<int16_t> b = generate_universe_block(group_, side_, seed_, gid, box, u);
   transform_counts(transform_, b.data(), out, int64_t(b.size()));
+}
+
+int64_t SyntheticUniverses::group_max(int64_t v) const {
+  return group_.size() == 1 ? v : int64_t(group_.allreduce_max(double(v)));
 }
 
 std::string SyntheticUniverses::describe() const {

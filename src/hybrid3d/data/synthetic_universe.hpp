@@ -14,7 +14,6 @@
 // Poisson sampling (mean 32 per voxel: shot noise
 // low enough that the spectrum's shape shows), stored as int16 like the real data.
 #pragma once
-#include <map>
 #include <vector>
 
 #include "hybrid3d/data/sample_source.hpp"
@@ -50,8 +49,12 @@ class SyntheticUniverses : public SampleSource {
   int64_t size() const override { return count_; }
   std::array<int64_t, 3> extent() const override { return {side_, side_, side_}; }
   int64_t channels() const override { return 4; }
+  // Generates the block every time (a distributed FFT of the whole cube):
+  // the trainer keeps blocks in a DataStore, inside the run's CacheBudget.
   void load(int64_t index, const Box& box, float* out, float* target) override;
   std::string describe() const override;
+  // load() is collective over the group: a cache above decides alike on its ranks.
+  int64_t group_max(int64_t v) const override;
 
  private:
   const Comm& group_;
@@ -59,10 +62,6 @@ class SyntheticUniverses : public SampleSource {
   uint64_t seed_;
   int64_t offset_;
   InputTransform transform_;
-  // This rank's block of each sample it has seen (int16, channels first):
-  // generation costs a distributed FFT of the whole cube, so it is done once.
-  std::map<int64_t, std::vector<int16_t>> cache_;
-  Box cached_box_;
 };
 
 }  // namespace h3d

@@ -61,6 +61,17 @@ struct StepContext {
   bool overlap_halo = true;
 };
 
+// The one way a step's context is made, for training, validation, test
+// evaluation and predict alike: the data group's samples are positions
+// [first, first + count) of the global batch.
+inline StepContext make_step_context(Backend* backend, const ProcessGrid* grid, uint64_t seed, bool overlap_halo,
+                                     bool training, int64_t step, int64_t first, int64_t count) {
+  StepContext ctx{backend, grid, training, seed, step, {}};
+  ctx.overlap_halo = overlap_halo;
+  for (int64_t p = first; p < first + count; ++p) ctx.batch_positions.push_back(p);
+  return ctx;
+}
+
 class Layer {
  public:
   explicit Layer(std::string name) : name_(std::move(name)) {}

@@ -159,7 +159,7 @@ void predict_volume(const Comm& world, const PredictOptions& o) {
       x.reshape_uninit({1, in.channels, be[0], be[1], be[2]});
       std::vector<float> unused(static_cast<size_t>(vol));
       src.load(0, file_box, x.data(), unused.data());
-      StepContext ctx{backend.get(), &grid, false, o.model.seed, 0, {0}};
+      StepContext ctx = make_step_context(backend.get(), &grid, o.model.seed, o.overlap_halo, false, 0, 0, 1);
       const Tensor& y = net.forward(ctx, std::move(x));
       payload.resize(size_t(K * vol));
       for (int64_t z = 0; z < be[0]; ++z)

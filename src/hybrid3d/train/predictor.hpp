@@ -34,7 +34,8 @@ struct PredictOptions {
   ModelOptions model;  // a segmentation model; input_size is the window side
   std::array<int, 3> spatial{1, 1, 1};
   std::string init, input, out, intensity_window, backend = "cpu";
-  double overlap = 0.5;
+  double overlap = 0.5;      // of neighbouring windows
+  bool overlap_halo = true;  // halo exchange behind each window's interior (as train's --overlap)
   bool probabilities = false, quiet = false;
 };
 

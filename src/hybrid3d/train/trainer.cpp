@@ -33,16 +33,19 @@ namespace {
 
 constexpr int64_t kValIndexOffset = int64_t(1) << 40;  // synthetic validation ids never meet training ids
 
+// `budget`: the run's sample caches (null: --data-store-mib 0, no cache).
 std::shared_ptr<SampleSource> open_source(const std::string& spec, const TrainOptions& o, const Comm& group,
                                           int64_t count, int64_t offset, const char* flag,
+                                          const std::shared_ptr<CacheBudget>& budget,
                                           const DataStore** store = nullptr) {
   InputTransform t = parse_transform(o.transform);
+  // Synthetic segmentation cases are cheap to make: they are made anew each time.
   if (spec == "synthetic" && is_segmentation(o.model))
     return std::make_shared<SyntheticSegmentation>(o.model.input_size, count, o.model.seed, offset);
-  if (spec == "synthetic")
-    return std::make_shared<SyntheticUniverses>(group, o.model.input_size, count, o.model.seed, offset, t);
   std::unique_ptr<SampleSource> files;
-  if (is_segmentation(o.model)) {
+  if (spec == "synthetic") {
+    files = std::make_unique<SyntheticUniverses>(group, o.model.input_size, count, o.model.seed, offset, t);
+  } else if (is_segmentation(o.model)) {
     H3D_USAGE_CHECK(parse_read_mode(o.read_mode) == ReadMode::kIndependent,
                     "--read-mode " << o.read_mode << " is for CosmoFlow files so far; segmentation cases are read "
                                    << "independently (leave --read-mode out)");
@@ -54,10 +57,8 @@ std::shared_ptr<SampleSource> open_source(const std::string& spec, const TrainOp
   } else {
     files = std::make_unique<Hdf5Universes>(group, spec, t, parse_read_mode(o.read_mode), flag);
   }
-  if (o.data_store_mib == 0) return files;
-  const int64_t limit = o.data_store_mib > 0 ? int64_t(o.data_store_mib * (1 << 20))
-                                             : default_store_bytes(ranks_on_this_node(group));
-  auto kept = std::make_shared<DataStore>(std::move(files), limit);
+  if (!budget) return files;
+  auto kept = std::make_shared<DataStore>(std::move(files), budget);
   if (store) *store = kept.get();
   return kept;
 }
@@ -303,7 +304,17 @@ void Trainer::open_data(const Comm& world, const Comm& group) {
   }
   H3D_USAGE_CHECK(!(o_.val_fraction > 0 && !o_.val_data.empty()), "give --val-data or --val-fraction, not both");
   H3D_USAGE_CHECK(!(o_.test_fraction > 0 && !o_.test_data.empty()), "give --test-data or --test-fraction, not both");
-  std::shared_ptr<SampleSource> all = open_source(o_.data, o_, group, o_.train_samples, 0, "--data", &store_);
+  // One budget for every sample cache of the run, the same on every rank
+  // (the synthetic generator and collective readers need the same decisions
+  // on the ranks of a group).
+  std::shared_ptr<CacheBudget> budget;
+  if (o_.data_store_mib != 0) {
+    const double limit = o_.data_store_mib > 0 ? o_.data_store_mib * double(1 << 20)
+                                               : double(default_cache_bytes(ranks_on_this_node(world)));
+    budget = std::make_shared<CacheBudget>(int64_t(-world.allreduce_max(-limit)));
+  }
+  std::shared_ptr<SampleSource> all =
+      open_source(o_.data, o_, group, o_.train_samples, 0, "--data", budget, &store_);
   if (split) {
     const Split parts = split_by_fraction(all->size(), o_.val_fraction, o_.test_fraction, o_.model.seed);
     auto held_out = [](const std::vector<int64_t>& ids, const char* flag) {
@@ -321,12 +332,12 @@ void Trainer::open_data(const Comm& world, const Comm& group) {
   // Synthetic evaluation sets draw from id ranges of their own, so they never meet the training ids.
   if (!o_.val_data.empty())
     val_src_ = open_source(o_.val_data, o_, group, o_.val_samples, o_.val_data == "synthetic" ? kValIndexOffset : 0,
-                           "--val-data");
+                           "--val-data", budget);
   else if (!split && o_.data == "synthetic" && o_.val_samples > 0)
-    val_src_ = open_source("synthetic", o_, group, o_.val_samples, kValIndexOffset, "--val-data");
+    val_src_ = open_source("synthetic", o_, group, o_.val_samples, kValIndexOffset, "--val-data", budget);
   if (!o_.test_data.empty())
     test_src_ = open_source(o_.test_data, o_, group, o_.val_samples,
-                            o_.test_data == "synthetic" ? 2 * kValIndexOffset : 0, "--test-data");
+                            o_.test_data == "synthetic" ? 2 * kValIndexOffset : 0, "--test-data", budget);
   // Segmentation volumes larger than the model's input are cropped (at random
   // for training with --random-crop, at the centre otherwise), and flipped.
   const int64_t S = o_.model.input_size;
@@ -404,7 +415,7 @@ std::string Trainer::where_nonfinite(int64_t step) {
   Tensor x;
   std::vector<float> t;
   load_batch(*train_src_, local_batch(step), x, t);
-  StepContext ctx = training_context(step);
+  StepContext ctx = step_context(step, true);
   const int64_t none = int64_t(net_.layers().size());
   int64_t first = none;
   net_.forward(ctx, std::move(x), [&](int64_t layer, const Tensor& out) {
@@ -434,13 +445,11 @@ std::string Trainer::first_nonfinite_gradient() {
   return "";
 }
 
-StepContext Trainer::training_context(int64_t step) const {
+StepContext Trainer::step_context(int64_t step, bool training) const {
   int64_t lo, hi;
   local_range(lo, hi);
-  StepContext ctx{backend_.get(), grid_.get(), true, o_.model.seed, step, {}};
-  ctx.overlap_halo = o_.overlap != Overlap::kOff;
-  for (int64_t p = lo; p < hi; ++p) ctx.batch_positions.push_back(p);
-  return ctx;
+  return make_step_context(backend_.get(), grid_.get(), o_.model.seed, o_.overlap != Overlap::kOff, training, step, lo,
+                           hi - lo);
 }
 
 double Trainer::train_step(int64_t step) {
@@ -457,7 +466,7 @@ double Trainer::train_step(int64_t step) {
     last_data_wait_ = Profiler::now() - t0;
   }
 
-  StepContext ctx = training_context(step);
+  StepContext ctx = step_context(step, true);
   output_ = net_.forward(ctx, std::move(input_));
 
   const double loss = loss_and_gradient(step);
@@ -494,8 +503,7 @@ ValidationResult Trainer::evaluate(SampleSource* src) {
     eval_batch(n, o_.batch_size, b, ids, weights);
     const std::vector<int64_t> mine(ids.begin() + lo, ids.begin() + hi);
     load_batch(*src, mine, x, t);
-    StepContext ctx{backend_.get(), grid_.get(), false, o_.model.seed, 0, {}};
-    for (int64_t p = lo; p < hi; ++p) ctx.batch_positions.push_back(p);
+    StepContext ctx = step_context(0, false);
     const Tensor& y = net_.forward(ctx, std::move(x));
     if (segmentation_) {
       labels_.assign(t.begin(), t.end());
@@ -673,9 +681,11 @@ void Trainer::run() {
   if (skipped_steps_ > 0)
     say("skipped " + std::to_string(skipped_steps_) + " step(s) whose loss or gradients were not finite");
   if (const DataStore* store = store_) {
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "data store (rank 0): %lld blocks from memory, %lld read from files, %.1f MiB kept",
-                  (long long)store->hits(), (long long)store->misses(), double(store->bytes()) / (1 << 20));
+    char buf[200];
+    std::snprintf(buf, sizeof buf,
+                  "data store (rank 0): %lld blocks from memory, %lld loaded, %.1f MiB kept (all sets: %.1f of %.1f MiB)",
+                  (long long)store->hits(), (long long)store->misses(), double(store->bytes()) / (1 << 20),
+                  double(store->budget().used()) / (1 << 20), double(store->budget().limit()) / (1 << 20));
     say(buf);
   }
   check_replicas_identical();

@@ -113,8 +113,9 @@ class Trainer {
   void local_range(int64_t& lo, int64_t& hi) const;
   // The ids this rank's data group loads at `step`.
   std::vector<int64_t> local_batch(int64_t step) const;
-  // The context of training step `step` (dropout masks, batch positions, halo overlap).
-  StepContext training_context(int64_t step) const;
+  // The context of step `step` (dropout masks, batch positions, halo
+  // overlap); evaluation (validation, test) takes it with training false.
+  StepContext step_context(int64_t step, bool training) const;
   void open_data(const Comm& world, const Comm& group);
   // What a checkpoint records of this run, and what a resume must match.
   nlohmann::json run_info() const;
