@@ -1,6 +1,7 @@
 #include "test_util.hpp"
 
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 
 #include "hybrid3d/core/rng.hpp"
@@ -43,6 +44,10 @@ double rel_diff(const Tensor& a, const Tensor& b, double floor) {
     if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return INFINITY;
   }
   return d / std::max(m, floor);
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), size_t(a.numel()) * sizeof(float)) == 0;
 }
 
 }  // namespace h3d::test

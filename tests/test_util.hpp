@@ -18,6 +18,8 @@ Tensor block_of(const Tensor& whole, const Box& box, int64_t s0, int64_t n);
 // max |a - b| / max(max |b|, floor); shapes must agree. The floor is for
 // tensors whose true value is zero (a conv bias followed by batch norm).
 double rel_diff(const Tensor& a, const Tensor& b, double floor = 1e-30);
+// The same shape and the same bits.
+bool same_bits(const Tensor& a, const Tensor& b);
 // The tolerance of the issue: max abs difference <= tol * max abs value.
 constexpr double kTol = 1e-5;
 

@@ -17,7 +17,7 @@ full=$("$BIN" $C --save full.safetensors | numbers)
 resumed=$("$BIN" $C --checkpoint-dir ck --resume auto --save resumed.safetensors | numbers)
 [ "$resumed" = "$(cut -d' ' -f7- <<<"$full")" ] || { echo "FAIL cosmoflow resume: '$resumed' vs '$full'"; exit 1; }
 cmp -s full.safetensors resumed.safetensors || { echo "FAIL cosmoflow resume: final weights differ"; exit 1; }
-echo "ok   cosmoflow (dropout, Adam): 3 steps + resume + 3 steps = 6 steps, bitwise (losses, validation, weights)"
+pass "cosmoflow (dropout, Adam): 3 steps + resume + 3 steps = 6 steps, bitwise (losses, validation, weights)"
 
 "$BIN" generate --kind segmentation --out cases --count 6 --size 32 --quiet
 U="train --model unet3d --input-size 16 --base-channels 4 --levels 2 --batch-size 2 --steps 6 --random-crop --flip
@@ -27,7 +27,7 @@ full=$("$BIN" $U --save ufull.safetensors | numbers)
 resumed=$("$BIN" $U --checkpoint-dir uck --resume auto --save uresumed.safetensors | numbers)
 [ "$resumed" = "$(cut -d' ' -f7- <<<"$full")" ] || { echo "FAIL unet3d resume: '$resumed' vs '$full'"; exit 1; }
 cmp -s ufull.safetensors uresumed.safetensors || { echo "FAIL unet3d resume: final weights differ"; exit 1; }
-echo "ok   unet3d (random crops, flips, batch norm, Adam): 3 + resume + 3 = 6 steps, bitwise"
+pass "unet3d (random crops, flips, batch norm, Adam): 3 + resume + 3 = 6 steps, bitwise"
 
 # Across layouts: written on 2 ranks (2x1x1), resumed on 4 (2x2x1); written on 4, resumed on 1.
 ref=$("$BIN" $C | numbers)
@@ -37,7 +37,7 @@ agree "$a" "$(cut -d' ' -f7- <<<"$ref")" || { echo "FAIL resume 2 -> 4 ranks: '$
 $MPI -np 4 "$BIN" $C --spatial 1x2x1 --checkpoint-dir x2 --stop-after 3 --quiet
 b=$("$BIN" $C --checkpoint-dir x2 --resume auto | numbers)
 agree "$b" "$(cut -d' ' -f7- <<<"$ref")" || { echo "FAIL resume 4 -> 1 rank: '$b' vs '$ref'"; exit 1; }
-echo "ok   resume across layouts: 2x1x1 -> 2x2x1 and 4 ranks -> 1 agree with the uninterrupted run"
+pass "resume across layouts: 2x1x1 -> 2x2x1 and 4 ranks -> 1 agree with the uninterrupted run"
 
 # A checkpoint directory that only rank 0 sees (a node-local disk): each rank
 # starts in its own working directory, so the relative --checkpoint-dir
@@ -52,7 +52,7 @@ out=$(mpmd --resume auto)
 [ -z "$(ls r1)" ] && grep -q "resume: ck/ckpt-000003 at step 3" <<<"$out" &&
   [ "$(numbers <<<"$out")" = "$(cut -d' ' -f7- <<<"$full2")" ] ||
   { echo "FAIL rank-0-only checkpoint directory: r1 holds '$(ls r1)'; $out"; exit 1; }
-echo "ok   a checkpoint directory on rank 0's node only: written, found and broadcast by rank 0; resume bitwise"
+pass "a checkpoint directory on rank 0's node only: written, found and broadcast by rank 0; resume bitwise"
 
 # A bit flipped in the newest checkpoint's weights: reported, the previous one used.
 "$BIN" $C --checkpoint-dir bad --checkpoint-every 2 --stop-after 4 --quiet
@@ -72,7 +72,7 @@ msg=$("$BIN" $C --resume bad/ckpt-000006 2>&1)
 code=$?
 set -e
 [ "$code" -eq 2 ] && grep -q "damaged optimizer.safetensors" <<<"$msg" || { echo "FAIL truncated: exit $code, $msg"; exit 1; }
-echo "ok   a bit-flipped newest checkpoint is reported and the previous one used; a truncated one is refused"
+pass "a bit-flipped newest checkpoint is reported and the previous one used; a truncated one is refused"
 
 # A meta.json with fields of the wrong type (hand-edited, damaged): reported, the previous one used.
 "$BIN" $C --checkpoint-dir meta --checkpoint-every 2 --stop-after 4 --quiet
@@ -87,14 +87,14 @@ PYEOF
 out=$("$BIN" $C --checkpoint-dir meta --resume auto 2>&1)
 grep -q "checkpoint 'meta/ckpt-000004' has a meta.json without a valid step" <<<"$out" &&
   grep -q "resume: meta/ckpt-000002 at step 2" <<<"$out" || { echo "FAIL malformed meta.json: $out"; exit 1; }
-echo "ok   a meta.json with malformed fields is reported and the previous checkpoint used"
+pass "a meta.json with malformed fields is reported and the previous checkpoint used"
 
 set +e
 msg=$("$BIN" $C --checkpoint-dir ck --resume auto --dropout 0.1 2>&1)
 code=$?
 set -e
 [ "$code" -eq 2 ] && grep -q "was written with model" <<<"$msg" || { echo "FAIL other model: exit $code, $msg"; exit 1; }
-echo "ok   a checkpoint of another model is refused (exit 2)"
+pass "a checkpoint of another model is refused (exit 2)"
 
 # Signals and kills on a real 2-rank job (one rank's process, not mpirun).
 L="train --model cosmoflow --input-size 32 --batch-size 2 --train-samples 8 --val-samples 0 --steps 100000
@@ -121,7 +121,7 @@ stopped=$(sed -n 's/.*stopped by a signal after step \([0-9]*\) .*/\1/p' term.lo
 [ "$(cat term/latest)" = "$(printf 'ckpt-%06d' "$stopped")" ] || { echo "FAIL SIGTERM: latest is $(cat term/latest)"; exit 1; }
 out=$("$BIN" ${L/--steps 100000/--steps $((stopped + 2))} --checkpoint-dir term --resume auto)
 grep -q "resume: term/ckpt-$(printf '%06d' "$stopped") at step $stopped" <<<"$out" || { echo "FAIL resume after SIGTERM: $out"; exit 1; }
-echo "ok   SIGTERM on one rank: step $stopped finished, checkpoint written, exit 4, resumed ($(($(date +%s) - start)) s)"
+pass "SIGTERM on one rank: step $stopped finished, checkpoint written, exit 4, resumed ($(($(date +%s) - start)) s)"
 
 start=$(date +%s)
 $MPI -np 2 "$BIN" $L --checkpoint-dir killed --metrics "$WORK/kill.jsonl" >kill.log 2>&1 &
@@ -138,7 +138,7 @@ set -e
 last=$(cat killed/latest)
 out=$("$BIN" ${L/--steps 100000/--steps $((10#${last#ckpt-} + 1))} --checkpoint-dir killed --resume auto)
 grep -q "resume: killed/$last" <<<"$out" || { echo "FAIL resume after SIGKILL: $out"; exit 1; }
-echo "ok   SIGKILL of one rank: the job ended in $(($(date +%s) - start)) s (exit $code); resumed from $last"
+pass "SIGKILL of one rank: the job ended in $(($(date +%s) - start)) s (exit $code); resumed from $last"
 
 # --skip-nonfinite: steps whose loss is not finite are skipped and counted (default: stop, exit 3).
 out=$("$BIN" train --input-size 32 --batch-size 2 --train-samples 4 --val-samples 0 --steps 6 --lr 1e12 --threads 1 \
@@ -157,4 +157,5 @@ for k, v in h.items():
         a, b = v['data_offsets']
         assert np.isfinite(np.frombuffer(raw[8 + n + a:8 + n + b], np.float32)).all(), k
 " || { echo "FAIL --skip-nonfinite: non-finite weights saved"; exit 1; }
-echo "ok   --skip-nonfinite: $n non-finite steps skipped and counted, the saved weights finite"
+pass "--skip-nonfinite: $n non-finite steps skipped and counted, the saved weights finite"
+finish 10

@@ -37,7 +37,7 @@ losses() { $MPI -np 2 "$BIN" $TRAIN --data "$1" | grep '^step' | awk '{print $4}
 orig=$(losses "$WORK/orig"); lbann=$(losses "$WORK/lbann"); batched=$(losses "$WORK/batched")
 [ -n "$orig" ] && [ "$orig" = "$lbann" ] && [ "$orig" = "$batched" ] ||
   { echo "FAIL losses: original '$orig', LBANN '$lbann', batched '$batched'"; exit 1; }
-echo "ok   original, LBANN and batched layouts: the same losses ($orig)"
+pass "original, LBANN and batched layouts: the same losses ($orig)"
 
 cp "$WORK/orig/univ_000000.h5" "$WORK/bad/good.h5"
 set +e
@@ -50,4 +50,5 @@ for want in "4 of 5 files are unusable" "nopar.h5' has no dataset 'unitPar'" "sh
   grep -qF -- "$want" <<<"$out" || { echo "FAIL bad files: no '$want' in:"; echo "$out" | head -8; exit 1; }
 done
 ! grep -q '^step' <<<"$out" || { echo "FAIL bad files: training started"; exit 1; }
-echo "ok   bad files named before the first step (exit $rc)"
+pass "bad files named before the first step (exit $rc)"
+finish 2

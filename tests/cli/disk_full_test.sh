@@ -19,7 +19,8 @@ umount small
 C="train --model cosmoflow --input-size 32 --batch-size 2 --train-samples 8 --val-samples 0 --steps 6
    --optimizer adam --lr 1e-3 --log-every 1 --checkpoint-every 2 --threads 1"
 losses() { awk '$1 == "step" {print $2, $4}' | tr '\n' ' '; }
-full=$("$BIN" $C --checkpoint-dir normal | losses)
+# The run that never stops, on the layout of the one that will (2 ranks, 2x1x1).
+full=$($MPI -np 2 "$BIN" $C --spatial 2x1x1 --checkpoint-dir normal | losses)
 bytes=$(du -sb normal/ckpt-000006 | cut -f1)
 
 # A read-only filesystem (root may write anywhere else): known before the first step.
@@ -30,7 +31,7 @@ code=$?
 set -e
 [ "$code" -eq 2 ] && grep -q "checkpoint-dir: 'small' is not writable" <<<"$msg" ||
   { echo "FAIL read-only checkpoint directory: exit $code, $msg"; exit 1; }
-echo "ok   a read-only checkpoint directory is refused before the first step (exit 2)"
+pass "a read-only checkpoint directory is refused before the first step (exit 2)"
 umount small
 
 # Half a checkpoint: known before the first step.
@@ -41,7 +42,7 @@ code=$?
 set -e
 [ "$code" -eq 2 ] && grep -q "MiB free, but one checkpoint of this model takes about" <<<"$msg" &&
   ! grep -q "^step" <<<"$msg" || { echo "FAIL too small a disk: exit $code, $msg"; exit 1; }
-echo "ok   a checkpoint directory smaller than one checkpoint is refused before the first step (exit 2)"
+pass "a checkpoint directory smaller than one checkpoint is refused before the first step (exit 2)"
 umount small
 
 # One and a half checkpoints: the second runs out of space.
@@ -58,11 +59,11 @@ grep -q "the checkpoint at step 4 could not be written (.*No space left on devic
 [ "$(grep -c "hybrid3d: error" <<<"$msg")" -eq 1 ] || { echo "FAIL one message expected: $msg"; exit 1; }
 ! grep -qi "MPI_ABORT" <<<"$msg" || { echo "FAIL the job was aborted, not stopped: $msg"; exit 1; }
 [ "$(ls small)" = "$(printf 'ckpt-000002\nlatest')" ] || { echo "FAIL left behind: $(ls small)"; exit 1; }
-echo "ok   disk full at the second checkpoint (2 ranks): exit 5, one message naming the intact checkpoint, nothing partial left"
+pass "disk full at the second checkpoint (2 ranks): exit 5, one message naming the intact checkpoint, nothing partial left"
 
 # The intact checkpoint continues the run (the disk freed: copied elsewhere).
 cp -r small freed
-resumed=$("$BIN" $C --checkpoint-dir freed --resume auto | losses)
+resumed=$($MPI -np 2 "$BIN" $C --spatial 2x1x1 --checkpoint-dir freed --resume auto | losses)
 [ "$resumed" = "$(cut -d' ' -f5- <<<"$full")" ] || { echo "FAIL resume after disk full: '$resumed' vs '$full'"; exit 1; }
-echo "ok   --resume auto from the intact checkpoint continues bitwise like the uninterrupted run"
-echo "4 passed, 0 failed"
+pass "--resume auto from the intact checkpoint continues bitwise like the uninterrupted run"
+finish 4

@@ -31,13 +31,13 @@ before=$(stat -c %Y "$WORK/r1/univ_000000.h5")
 out=$("$BIN" generate --count 4 --size 32 --seed 11 --out "$WORK/r1")
 grep -q "1 written, 3 already complete" <<<"$out" || { echo "FAIL rerun: $out"; exit 1; }
 [ "$(stat -c %Y "$WORK/r1/univ_000000.h5")" = "$before" ] || { echo "FAIL rerun rewrote a complete file"; exit 1; }
-echo "ok   rerun skips complete files"
+pass "rerun skips complete files"
 
 TRAIN="train --model cosmoflow --input-size 32 --batch-size 2 --steps 2 --val-samples 0 --seed 11 --threads 1 --log-every 1"
 from_files=$($MPI -np 2 "$BIN" $TRAIN --spatial 2x1x1 --data "$WORK/r2" | grep '^step' | awk '{print $3, $4}')
 in_memory=$($MPI -np 2 "$BIN" $TRAIN --spatial 2x1x1 --train-samples 3 | grep '^step' | awk '{print $3, $4}')
 [ -n "$from_files" ] && [ "$from_files" = "$in_memory" ] || { echo "FAIL losses: files '$from_files' vs memory '$in_memory'"; exit 1; }
-echo "ok   training from the files: the same losses as in memory ($from_files)"
+pass "training from the files: the same losses as in memory ($from_files)"
 
 # The data store: epochs after the first read from memory, with the same losses as without it.
 STORE="train --model cosmoflow --input-size 32 --batch-size 2 --epochs 3 --val-samples 0 --seed 11 --threads 1 --log-every 1 --spatial 2x1x1 --data $WORK/r2"
@@ -51,11 +51,12 @@ read -r h m <<<"$hits"
 [ -n "$hits" ] && [ "$h" -ge 3 ] && [ "$m" -le 3 ] && [ $((h + m)) -eq 6 ] ||
   { echo "FAIL data store: '$(grep 'data store (rank' <<<"$with_store")'"; exit 1; }
 ! grep -q "data store (rank 0)" <<<"$without" || { echo "FAIL data store: on with --data-store-mib 0"; exit 1; }
-echo "ok   data store: 3 epochs, later ones from memory, the same losses as without ($a)"
+pass "data store: 3 epochs, later ones from memory, the same losses as without ($a)"
 
 # The prefetcher: the same losses with the next batch loaded in the background; per-step data wait in the metrics.
 pre=$($MPI -np 2 "$BIN" $STORE --data-store-mib 0 --metrics "$WORK/m.jsonl" | grep '^step' | awk '{print $4}' | tr '\n' ' ')
 nopre=$($MPI -np 2 "$BIN" $STORE --data-store-mib 0 --no-prefetch | grep '^step' | awk '{print $4}' | tr '\n' ' ')
 [ -n "$pre" ] && [ "$pre" = "$nopre" ] || { echo "FAIL prefetch: losses '$pre' with, '$nopre' without"; exit 1; }
 [ "$(grep -c '"data_wait_s"' "$WORK/m.jsonl")" -eq 3 ] || { echo "FAIL prefetch: no data_wait_s per step"; exit 1; }
-echo "ok   prefetch: the same losses as loading in the step; data_wait_s per step"
+pass "prefetch: the same losses as loading in the step; data_wait_s per step"
+finish 4

@@ -94,7 +94,7 @@ agree "$ref" "$got" 4 ||
   { echo "FAIL NIfTI 2x2x2: '$got' vs 1 rank '$ref'"; exit 1; }
 lits=$("$BIN" $T --data lits | losses)
 [ "$lits" = "$ref" ] || { echo "FAIL LiTS-layout .nii with slope 0.5: '$lits' vs the .nii.gz float files '$ref'"; exit 1; }
-echo "ok   NIfTI pairs (Decathlon .nii.gz, LiTS .nii with a slope), 4 sizes cut/padded to 16^3: same losses on 1 rank, 2x2x2 ($ref)"
+pass "NIfTI pairs (Decathlon .nii.gz, LiTS .nii with a slope), 4 sizes cut/padded to 16^3: same losses on 1 rank, 2x2x2 ($ref)"
 
 "$BIN" predict $M --init w.safetensors --input big.nii.gz --out pred.nii.gz --quiet
 $MPI -np 4 "$BIN" predict $M --init w.safetensors --input big.h5 --out pred.h5 --spatial 2x2x1 --quiet
@@ -121,4 +121,5 @@ for want in "6 of 7 files are unusable" "nolabel.nii.gz' has no label file" "flo
   "mismatch.nii.gz' is 16x16x16 but its labels" "text.nii' is shorter than a NIfTI header" "cut.nii.gz'"; do
   grep -qF -- "$want" <<<"$msg" || { echo "FAIL bad pairs: no '$want' in: $msg"; exit 1; }
 done
-echo "ok   bad NIfTI pairs named before the first step (exit $code)"
+pass "bad NIfTI pairs named before the first step (exit $code)"
+finish 2

@@ -18,11 +18,11 @@ umask 077
   --levels 2 --quiet
 loose=$(find . -mindepth 1 -perm /077 -printf '%m %p\n')
 [ -z "$loose" ] || { echo "FAIL created past umask 077:"; echo "$loose"; exit 1; }
-echo "ok   umask 077: all $(find . -mindepth 1 | wc -l) outputs (files and directories) are private"
+pass "umask 077: all $(find . -mindepth 1 | wc -l) outputs (files and directories) are private"
 
 # The program's own imports (not MPI's): no shell, no process spawning, no listening socket.
 imports=$(nm -D --undefined-only "$BIN" | awk '{print $NF}' | sed 's/@.*//')
 bad=$(grep -xE 'system|popen|execl|execlp|execle|execv|execvp|execve|posix_spawn|posix_spawnp|fork|socket|bind|listen|accept|accept4' <<<"$imports" || true)
 [ -z "$bad" ] || { echo "FAIL the program imports: $bad"; exit 1; }
-echo "ok   the program imports no shell, exec, fork or socket call ($(wc -l <<<"$imports") imports checked)"
-echo "2 passed, 0 failed"
+pass "the program imports no shell, exec, fork or socket call ($(wc -l <<<"$imports") imports checked)"
+finish 2

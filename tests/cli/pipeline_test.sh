@@ -43,7 +43,7 @@ truncate -s 1000 "$WORK/orig/sample_000003.h5"
 out=$("$BIN" preprocess --in "$WORK/univ" --out "$WORK/orig" --sample-size 32)
 grep -q "16/16 files (1 written, 15 already complete)" <<<"$out" || { echo "FAIL preprocess resume: $out"; exit 1; }
 [ "$(stat -c %Y "$WORK/orig/sample_000001.h5")" = "$before" ] || { echo "FAIL preprocess rewrote a complete file"; exit 1; }
-echo "ok   preprocess rerun: 15 complete files kept, the damaged one rewritten"
+pass "preprocess rerun: 15 complete files kept, the damaged one rewritten"
 
 # Train: 16 samples, a quarter held out for validation, batch 5 over 12 (the last one padded).
 TRAIN="train --model cosmoflow --input-size 32 --batch-size 5 --epochs 2 --val-fraction 0.25 --last-batch pad --seed 5 --threads 1 --log-every 1"
@@ -63,7 +63,7 @@ for run in "$(losses <<<"$first")" "$(losses <<<"$again")" "$lbann"; do
   agree "$ref" "$run" ||
     { echo "FAIL losses differ from the 1-rank run: '$run' vs '$ref'"; exit 1; }
 done
-echo "ok   1 rank, 2x2x1 collective + staging, 2 groups x 1x1x2 naive from the staged copy, LBANN files 1x2x1: same losses ($ref)"
+pass "1 rank, 2x2x1 collective + staging, 2 groups x 1x1x2 naive from the staged copy, LBANN files 1x2x1: same losses ($ref)"
 
 # A bad file is named before the first step, staged or not.
 cp -r "$WORK/orig" "$WORK/bad" && rm "$WORK/bad/manifest.json"
@@ -74,7 +74,7 @@ code=$?
 set -e
 [ "$code" -ne 0 ] && grep -q "sample_000002.h5" <<<"$msg" && ! grep -q "^step" <<<"$msg" ||
   { echo "FAIL bad file: exit $code, '$msg'"; exit 1; }
-echo "ok   a truncated file is named before the first step (exit $code)"
+pass "a truncated file is named before the first step (exit $code)"
 
 # A file claiming a 2^60-voxel universe (chunked, nothing stored): refused with a clear message, no allocation.
 "$PY" - "$WORK" <<'PYEOF'
@@ -94,4 +94,5 @@ for cmd in "preprocess --in $WORK/huge --out $WORK/hugeout" "train --data $WORK/
   [ "$code" -eq 2 ] && grep -qE "too large to preprocess|does not match --input-size" <<<"$msg" ||
     { echo "FAIL huge dataset ($cmd): exit $code, $msg"; exit 1; }
 done
-echo "ok   a file claiming 2^60 voxels is refused by preprocess and train (exit 2), nothing allocated"
+pass "a file claiming 2^60 voxels is refused by preprocess and train (exit 2), nothing allocated"
+finish 4

@@ -70,7 +70,7 @@ refuse() {  # name, expected text, flags...
   shift 2
   out=$(timeout 60 $MPI -np 2 "$BIN" predict $M "$@" 2>&1) && { echo "FAIL $name: exit 0"; fails=1; return; }
   grep -q -- "$text" <<<"$out" || { echo "FAIL $name: '$(head -3 <<<"$out")'"; fails=1; return; }
-  echo "ok   $name: $(grep -m1 'hybrid3d: error' <<<"$out" | cut -c1-140)"
+  pass "$name: $(grep -m1 'hybrid3d: error' <<<"$out" | cut -c1-140)"
 }
 refuse "volume smaller than the window" "smaller than the 16^3 window" --init w.safetensors --input small.h5 --out x.h5
 refuse "missing input" "no HDF5 files" --init w.safetensors --input nothere.h5 --out x.h5
@@ -78,4 +78,5 @@ refuse "weights of another model" "wrong shape" --init w.safetensors --input big
 refuse "bad overlap" "--overlap" --init w.safetensors --input big.h5 --out x.h5 --overlap 1.5
 refuse "unwritable output" "--out" --init w.safetensors --input big.h5 --out /nonexistent/x.h5
 [ ! -e x.h5 ] || { echo "FAIL an output was written by a refused run"; fails=1; }
-[ $fails -eq 0 ]
+[ $fails -eq 0 ] || exit 1
+finish 5

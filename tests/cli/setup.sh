@@ -24,3 +24,12 @@ a, b = nums(sys.argv[1]), nums(sys.argv[2])
 n = int(sys.argv[3]) if len(sys.argv) > 3 else len(a)
 assert len(a) == len(b) == n > 0 and all(abs(x - y) <= 2e-5 for x, y in zip(a, b)), (a, b)" "$@"
 }
+# pass MESSAGE: one check passed. finish N: the closing line, once the N
+# checks the script means to run have passed (a check skipped by mistake
+# fails the test instead of shrinking the count).
+PASSED=0
+pass() { echo "ok   $*"; PASSED=$((PASSED + 1)); }
+finish() {
+  [ "$PASSED" -eq "$1" ] || { echo "FAIL $PASSED checks passed, but $1 were meant to run"; exit 1; }
+  echo "$PASSED passed, 0 failed"
+}

@@ -55,7 +55,7 @@ for cfg in "8 2x2x2" "4 1x2x1"; do
   agree "$ref" "$got" ||
     { echo "FAIL $2 on $1 ranks: '$got' vs 1 rank '$ref'"; exit 1; }
 done
-echo "ok   LiTS-layout files: 1 rank, 2x2x2, 2 groups x 1x2x1 print the same losses and Dice ($ref)"
+pass "LiTS-layout files: 1 rank, 2x2x2, 2 groups x 1x2x1 print the same losses and Dice ($ref)"
 
 set +e
 msg=$(timeout 60 $MPI -np 2 "$BIN" ${T/$WORK\/cases/$WORK/bad} 2>&1)
@@ -67,7 +67,7 @@ for want in "5 of 6 files are unusable" "nolabels.h5' has no dataset 'segmentati
   "small.h5' holds a case of 16x32x32" "cut.h5' is not a readable HDF5 file"; do
   grep -qF -- "$want" <<<"$msg" || { echo "FAIL bad files: no '$want' in: $msg"; exit 1; }
 done
-echo "ok   bad LiTS files named before the first step (exit $code)"
+pass "bad LiTS files named before the first step (exit $code)"
 
 # Augmentation: cases of 24x20x28 (larger than the 16^3 input, not cubic),
 # random crops and flips; the same losses on every layout, and not those of
@@ -101,4 +101,5 @@ for cfg in "8 2x2x2" "4 1x2x1"; do
   agree "$ref" "$got" 4 ||
     { echo "FAIL augmented $2 on $1 ranks: '$got' vs 1 rank '$ref'"; exit 1; }
 done
-echo "ok   random crops and flips of 24x20x28 cases: the same losses on 1 rank, 2x2x2, 2 groups x 1x2x1 ($ref)"
+pass "random crops and flips of 24x20x28 cases: the same losses on 1 rank, 2x2x2, 2 groups x 1x2x1 ($ref)"
+finish 3

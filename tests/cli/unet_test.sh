@@ -16,7 +16,7 @@ for cfg in "8 2x2x2" "4 1x2x1"; do
   agree "$ref" "$got" ||
     { echo "FAIL $2 on $1 ranks: '$got' vs 1 rank '$ref'"; exit 1; }
 done
-echo "ok   unet3d: 1 rank, 2x2x2, 2 groups x 1x2x1 print the same losses and Dice ($ref)"
+pass "unet3d: 1 rank, 2x2x2, 2 groups x 1x2x1 print the same losses and Dice ($ref)"
 
 "$PY" - "$WORK/unet.safetensors" "$(dirname "$0")/../reference" <<'PYEOF'
 # The checkpoint loads into the equivalent PyTorch module (the reference test's) with strict=True.
@@ -36,7 +36,7 @@ refuse() {  # name, expected text, flags...
   shift 2
   out=$(timeout 60 $MPI -np 2 "$BIN" $T "$@" 2>&1) && { echo "FAIL $name: exit 0"; fails=1; return; }
   grep -q -- "$text" <<<"$out" || { echo "FAIL $name: '$(head -3 <<<"$out")'"; fails=1; return; }
-  echo "ok   $name: $(grep -m1 'hybrid3d: error' <<<"$out" | cut -c1-140)"
+  pass "$name: $(grep -m1 'hybrid3d: error' <<<"$out" | cut -c1-140)"
 }
 refuse "input size not a multiple of 2^levels" "multiple of 8" --input-size 36
 refuse "unknown loss" "ce, dice or ce+dice" --loss focal
@@ -66,4 +66,5 @@ S="train --model unet3d --input-size 32 --base-channels 4 --levels 3 --batch-siz
 mem=$("$BIN" $S --train-samples 6 | awk '$1 == "step" {print $4}' | tr '\n' ' ')
 files=$("$BIN" $S --data "$WORK/s1" | awk '$1 == "step" {print $4}' | tr '\n' ' ')
 [ -n "$mem" ] && [ "$mem" = "$files" ] || { echo "FAIL segmentation files '$files' vs in memory '$mem'"; exit 1; }
-echo "ok   generate --kind segmentation: same cases on 1 and 2 ranks; training on them = in memory ($mem)"
+pass "generate --kind segmentation: same cases on 1 and 2 ranks; training on them = in memory ($mem)"
+finish 3

@@ -84,10 +84,6 @@ Result run(const Factory& make, const Comm& comm, std::array<int, 3> layout, con
   return r;
 }
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), size_t(a.numel()) * sizeof(float)) == 0;
-}
-
 // Under every layout of this world size, with the halo overlap on and off,
 // on each volume (the default one only with `all_extents` false): the
 // forward output, input gradient and reduced parameter gradients equal the
@@ -143,10 +139,10 @@ void expect_equivalent(const std::string& what, const Factory& make, int64_t ali
         for (size_t i = 0; i < np; ++i)
           EXPECT_LT(test::rel_diff(r->grads[i], serial.grads[i]), test::kTol) << t << " gradient of parameter " << i;
       }
-      EXPECT_TRUE(same_bits(on.y, off.y)) << tag << ": overlap on and off differ in the forward output";
-      EXPECT_TRUE(same_bits(on.dx, off.dx)) << tag << ": overlap on and off differ in the input gradient";
+      EXPECT_TRUE(test::same_bits(on.y, off.y)) << tag << ": overlap on and off differ in the forward output";
+      EXPECT_TRUE(test::same_bits(on.dx, off.dx)) << tag << ": overlap on and off differ in the input gradient";
       for (size_t i = 0; i < np; ++i)
-        EXPECT_TRUE(same_bits(on.grads[i], off.grads[i])) << tag << ": overlap on and off differ in parameter " << i;
+        EXPECT_TRUE(test::same_bits(on.grads[i], off.grads[i])) << tag << ": overlap on and off differ in parameter " << i;
       compared += 2;
     }
   }

@@ -31,14 +31,10 @@ Snapshot two_steps(const Comm& comm, TrainOptions o) {
   return s;
 }
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), size_t(a.numel()) * sizeof(float)) == 0;
-}
-
 bool same_bits(const Snapshot& a, const Snapshot& b) {
-  if (!same_bits(a.loss, b.loss) || !same_bits(a.output, b.output) || a.grads.size() != b.grads.size()) return false;
+  if (!test::same_bits(a.loss, b.loss) || !test::same_bits(a.output, b.output) || a.grads.size() != b.grads.size()) return false;
   for (size_t i = 0; i < a.grads.size(); ++i)
-    if (!same_bits(a.grads[i], b.grads[i]) || !same_bits(a.weights[i], b.weights[i])) return false;
+    if (!test::same_bits(a.grads[i], b.grads[i]) || !test::same_bits(a.weights[i], b.weights[i])) return false;
   return true;
 }
 

@@ -42,10 +42,6 @@ std::vector<int32_t> labels_of(const Box& box, int64_t s0, int64_t n) {
   return y;
 }
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), size_t(a.numel()) * sizeof(float)) == 0;
-}
-
 struct Snapshot {
   Tensor losses{{2}}, output;
   std::vector<Tensor> grads, weights;
@@ -189,10 +185,10 @@ void expect_every_layout_equals_serial(const Config& cfg) {
     }
     // The halo overlap changes when, not how, each output is computed.
     const std::string tag = "unet3d " + cfg.what + " on " + test::name(layout) + ": overlap on and off differ in ";
-    EXPECT_TRUE(same_bits(runs[0].output, runs[1].output)) << tag << "the output";
+    EXPECT_TRUE(test::same_bits(runs[0].output, runs[1].output)) << tag << "the output";
     for (size_t i = 0; i < np; ++i) {
-      EXPECT_TRUE(same_bits(runs[0].grads[i], runs[1].grads[i])) << tag << "the gradient of " << runs[0].names[i];
-      EXPECT_TRUE(same_bits(runs[0].weights[i], runs[1].weights[i])) << tag << runs[0].names[i] << " after 2 steps";
+      EXPECT_TRUE(test::same_bits(runs[0].grads[i], runs[1].grads[i])) << tag << "the gradient of " << runs[0].names[i];
+      EXPECT_TRUE(test::same_bits(runs[0].weights[i], runs[1].weights[i])) << tag << runs[0].names[i] << " after 2 steps";
     }
   }
   // A test whose every layout is refused checks nothing.

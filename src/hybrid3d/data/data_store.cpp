@@ -18,20 +18,34 @@ void DataStore::load(int64_t index, const Box& box, float* out, float* target) {
   const int64_t n = box.volume() * channels();
   auto it = kept_.find(index);
   if (it != kept_.end() && it->second.box == box) {
-    std::copy_n(it->second.data.data(), n, out);
-    std::copy(it->second.target.begin(), it->second.target.end(), target);
+    const Entry& e = it->second;
+    if (e.counts.empty())
+      std::copy_n(e.data.data(), n, out);
+    else
+      transform_counts(inner_->counts_transform(), e.counts.data(), out, n);
+    std::copy(e.target.begin(), e.target.end(), target);
     ++hits_;
     return;
   }
   ++misses_;
-  inner_->load(index, box, out, target);
+  const bool counts = inner_->has_counts();
+  std::vector<int16_t> raw;
+  if (counts) {
+    raw.resize(size_t(n));
+    inner_->load_counts(index, box, raw.data(), target);
+    transform_counts(inner_->counts_transform(), raw.data(), out, n);
+  } else {
+    inner_->load(index, box, out, target);
+  }
   // Under a collective reader every rank of the group must keep the same
   // samples, or they would stop making the same reads: charge each block at
   // the group's largest.
   const int64_t nt = targets_of(box);
-  const int64_t need = inner_->group_max((n + nt) * int64_t(sizeof(float)));
+  const int64_t bytes = n * int64_t(counts ? sizeof(int16_t) : sizeof(float)) + nt * int64_t(sizeof(float));
+  const int64_t need = inner_->group_max(bytes);
   if (it != kept_.end() || !budget_->take(need)) return;
-  Entry e{box, std::vector<float>(out, out + n), std::vector<float>(target, target + nt)};
+  Entry e{box, {}, std::move(raw), std::vector<float>(target, target + nt)};
+  if (!counts) e.data.assign(out, out + n);
   kept_.emplace(index, std::move(e));
   bytes_ += need;
 }

@@ -6,7 +6,8 @@
 // and otherwise loads it and keeps it while the run's CacheBudget (shared
 // with the other stores) has room (first come, first kept; nothing is
 // evicted, so later epochs read the same samples from memory every time,
-// and the rest from the source). When an epoch's shuffle sends a sample to another
+// and the rest from the source). Sources of int16 counts (the synthetic
+// generator) are kept as counts and transformed on the way out. When an epoch's shuffle sends a sample to another
 // data group, that group's ranks read it from the file (and keep it then):
 // moving blocks between ranks over MPI would need every rank to know, a
 // step ahead, who holds what, and at the cost of a second copy in flight;
@@ -39,7 +40,8 @@ class DataStore : public SampleSource {
  private:
   struct Entry {
     Box box;
-    std::vector<float> data;
+    std::vector<float> data;      // the transformed block, or
+    std::vector<int16_t> counts;  // its counts, for sources that have them (half the bytes)
     std::vector<float> target;
   };
   std::unique_ptr<SampleSource> inner_;

@@ -38,6 +38,10 @@ const float* count_table(InputTransform t) {
 
 }  // namespace
 
+void SampleSource::load_counts(int64_t, const Box&, int16_t*, float*) {
+  H3D_THROW(Error, describe() << " has no integer counts to load (has_counts() is false)");
+}
+
 void transform_counts(InputTransform t, const int16_t* in, float* out, int64_t n) {
   const float* table = count_table(t);
 #pragma omp parallel for schedule(static)

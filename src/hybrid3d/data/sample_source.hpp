@@ -35,6 +35,13 @@ class SampleSource {
   // cache above makes the same decision on every rank of it. Collective
   // there; v itself elsewhere.
   virtual int64_t group_max(int64_t v) const { return v; }
+  // Sources whose samples are int16 counts before the input transform (the
+  // synthetic generator) can hand them over as such, so that a cache keeps
+  // half the bytes: load_counts() fills [channels, box] with the counts,
+  // and load() equals counts_transform() applied to them, bit for bit.
+  virtual bool has_counts() const { return false; }
+  virtual void load_counts(int64_t index, const Box& box, int16_t* out, float* target);
+  virtual InputTransform counts_transform() const { return InputTransform::kNone; }
 };
 
 // Applies the input transform in place.

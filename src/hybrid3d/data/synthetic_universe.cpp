@@ -229,13 +229,19 @@ SyntheticUniverses::SyntheticUniverses(const Comm& group, int64_t side, int64_t 
   H3D_USAGE_CHECK(count >= 1, "synthetic data needs at least one sample (got " << count << ")");
 }
 
-void SyntheticUniverses::load(int64_t index, const Box& box, float* out, float* target) {
+void SyntheticUniverses::load_counts(int64_t index, const Box& box, int16_t* out, float* target) {
   H3D_CHECK(index >= 0 && index < count_, "sample index " << index << " out of range");
   const int64_t gid = offset_ + index;
   universe_unit_par(seed_, gid, target);
   float u[4];
   const std::vector<int16_t> b = generate_universe_block(group_, side_, seed_, gid, box, u);
-  transform_counts(transform_, b.data(), out, int64_t(b.size()));
+  std::copy(b.begin(), b.end(), out);
+}
+
+void SyntheticUniverses::load(int64_t index, const Box& box, float* out, float* target) {
+  std::vector<int16_t> counts(size_t(channels() * box.volume()));
+  load_counts(index, box, counts.data(), target);
+  transform_counts(transform_, counts.data(), out, int64_t(counts.size()));
 }
 
 int64_t SyntheticUniverses::group_max(int64_t v) const {

@@ -52,6 +52,9 @@ class SyntheticUniverses : public SampleSource {
   // Generates the block every time (a distributed FFT of the whole cube):
   // the trainer keeps blocks in a DataStore, inside the run's CacheBudget.
   void load(int64_t index, const Box& box, float* out, float* target) override;
+  bool has_counts() const override { return true; }
+  void load_counts(int64_t index, const Box& box, int16_t* out, float* target) override;
+  InputTransform counts_transform() const override { return transform_; }
   std::string describe() const override;
   // load() is collective over the group: a cache above decides alike on its ranks.
   int64_t group_max(int64_t v) const override;
