@@ -46,7 +46,7 @@ without=$($MPI -np 2 "$BIN" $STORE --data-store-mib 0)
 a=$(grep '^step' <<<"$with_store" | awk '{print $4}' | tr '\n' ' '); b=$(grep '^step' <<<"$without" | awk '{print $4}' | tr '\n' ' ')
 [ -n "$a" ] && [ "$a" = "$b" ] || { echo "FAIL data store: losses '$a' with, '$b' without"; exit 1; }
 # 3 files, batch 2: 1 step per epoch, so at most 3 of rank 0's 6 loads read a file.
-hits=$(sed -n 's/^data store (rank 0): \([0-9]*\) blocks from memory, \([0-9]*\) read.*/\1 \2/p' <<<"$with_store")
+hits=$(sed -n 's/^data store (rank 0): \([0-9]*\) blocks from memory, \([0-9]*\) loaded.*/\1 \2/p' <<<"$with_store")
 read -r h m <<<"$hits"
 [ -n "$hits" ] && [ "$h" -ge 3 ] && [ "$m" -le 3 ] && [ $((h + m)) -eq 6 ] ||
   { echo "FAIL data store: '$(grep 'data store (rank' <<<"$with_store")'"; exit 1; }

@@ -67,4 +67,4 @@ mem=$("$BIN" $S --train-samples 6 | awk '$1 == "step" {print $4}' | tr '\n' ' ')
 files=$("$BIN" $S --data "$WORK/s1" | awk '$1 == "step" {print $4}' | tr '\n' ' ')
 [ -n "$mem" ] && [ "$mem" = "$files" ] || { echo "FAIL segmentation files '$files' vs in memory '$mem'"; exit 1; }
 pass "generate --kind segmentation: same cases on 1 and 2 ranks; training on them = in memory ($mem)"
-finish 3
+finish 6
