@@ -42,23 +42,23 @@ std::shared_ptr<SampleSource> open_source(const std::string& spec, const TrainOp
   // Synthetic segmentation cases are cheap to make: they are made anew each time.
   if (spec == "synthetic" && is_segmentation(o.model))
     return std::make_shared<SyntheticSegmentation>(o.model.input_size, count, o.model.seed, offset);
-  std::unique_ptr<SampleSource> files;
+  std::unique_ptr<SampleSource> source;  // generated or read, before any cache
   if (spec == "synthetic") {
-    files = std::make_unique<SyntheticUniverses>(group, o.model.input_size, count, o.model.seed, offset, t);
+    source = std::make_unique<SyntheticUniverses>(group, o.model.input_size, count, o.model.seed, offset, t);
   } else if (is_segmentation(o.model)) {
     H3D_USAGE_CHECK(parse_read_mode(o.read_mode) == ReadMode::kIndependent,
                     "--read-mode " << o.read_mode << " is for CosmoFlow files so far; segmentation cases are read "
                                    << "independently (leave --read-mode out)");
     const IntensityWindow window = parse_intensity_window(o.intensity_window, "--intensity-window");
     if (NiftiSegmentation::recognises(spec))
-      files = std::make_unique<NiftiSegmentation>(group, spec, o.model.classes, window, o.model.input_size, flag);
+      source = std::make_unique<NiftiSegmentation>(group, spec, o.model.classes, window, o.model.input_size, flag);
     else
-      files = std::make_unique<Hdf5Segmentation>(group, spec, o.model.classes, window, flag);
+      source = std::make_unique<Hdf5Segmentation>(group, spec, o.model.classes, window, flag);
   } else {
-    files = std::make_unique<Hdf5Universes>(group, spec, t, parse_read_mode(o.read_mode), flag);
+    source = std::make_unique<Hdf5Universes>(group, spec, t, parse_read_mode(o.read_mode), flag);
   }
-  if (!budget) return files;
-  auto kept = std::make_shared<DataStore>(std::move(files), budget);
+  if (!budget) return source;
+  auto kept = std::make_shared<DataStore>(std::move(source), budget);
   if (store) *store = kept.get();
   return kept;
 }
