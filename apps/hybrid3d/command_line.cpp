@@ -117,6 +117,10 @@ CommandLine::CommandLine() {
                     "gradient allreduce during backward on a communication thread: on | off | auto (on unless "
                     "this node's ranks x threads exceed its cores)")
       ->capture_default_str();
+  train_->add_flag("--deterministic", train.deterministic,
+                  "bitwise the same weights, buffers and losses under every layout and rank count (at the same "
+                  "--threads): sums over space and samples formed on fixed tiles and added exactly; blocks must "
+                  "be whole tiles (the model's alignment)");
   train_->add_option("--data-store-mib", train.data_store_mib,
                     "keep the blocks read from files or generated (synthetic universes) in memory, up to this "
                     "many MiB per rank for the training, validation and test sets together (0: off; default: a "

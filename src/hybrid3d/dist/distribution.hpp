@@ -26,6 +26,12 @@ struct Window1D {
     if (o.empty()) return {0, 0};
     return {o.lo * s - p_lo, (o.hi - 1) * s - p_lo + k};
   }
+  // Outputs (of out_extent) whose windows read some cell of input range i.
+  Range touching(const Range& i, int64_t out_extent) const {
+    if (i.empty()) return {0, 0};
+    auto floor_div = [](int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); };
+    return Range{floor_div(i.lo + p_lo - k, s) + 1, floor_div(i.hi - 1 + p_lo, s) + 1}.intersect({0, out_extent});
+  }
 };
 using Window3D = std::array<Window1D, 3>;
 

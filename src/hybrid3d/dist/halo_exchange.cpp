@@ -13,12 +13,10 @@ namespace {
 constexpr int kTagForward = 7001;
 constexpr int kTagReverse = 7002;
 
-Box needed_box(const Distribution& in, const Window3D& w, const Distribution& out, int s, bool clip) {
+// The input box (unclipped) that rank s's outputs read.
+Box needed_box(const Window3D& w, const Distribution& out, int s) {
   Box ob = out.box(s), nb;
-  for (int d = 0; d < 3; ++d) {
-    nb.r[d] = w[d].needed(ob.r[d]);
-    if (clip) nb.r[d] = nb.r[d].intersect({0, in.extent()[d]});
-  }
+  for (int d = 0; d < 3; ++d) nb.r[d] = w[d].needed(ob.r[d]);
   return nb;
 }
 
@@ -35,16 +33,21 @@ int mpi_count(int64_t n) {
 
 HaloExchange::HaloExchange(const Distribution& in, const Window3D& w, const Distribution& out, int me,
                            float pad_value)
+    : HaloExchange(in, [&](int q) { return needed_box(w, out, q); }, me, pad_value) {}
+
+HaloExchange::HaloExchange(const Distribution& from, const std::function<Box(int)>& needed, int me,
+                           float pad_value)
     : pad_value_(pad_value) {
-  own_ = in.box(me);
-  padded_ = needed_box(in, w, out, me, false);
-  Box need = needed_box(in, w, out, me, true);
+  const Box volume{{Range{0, from.extent()[0]}, Range{0, from.extent()[1]}, Range{0, from.extent()[2]}}};
+  own_ = from.box(me);
+  padded_ = needed(me);
+  Box need = padded_.intersect(volume);
   local_ = need.intersect(own_);
-  for (int q = 0; q < in.group_size(); ++q) {
+  for (int q = 0; q < from.group_size(); ++q) {
     if (q == me) continue;
-    Box from_q = need.intersect(in.box(q));
+    Box from_q = need.intersect(from.box(q));
     if (!from_q.empty()) recv_.push_back({q, from_q, {}});
-    Box to_q = needed_box(in, w, out, q, true).intersect(own_);
+    Box to_q = needed(q).intersect(volume).intersect(own_);
     if (!to_q.empty()) send_.push_back({q, to_q, {}});
   }
   trivial_ = recv_.empty() && send_.empty() && padded_ == own_;

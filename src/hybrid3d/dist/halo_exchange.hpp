@@ -16,6 +16,7 @@
 // layout, which a single rank pays as well; the caller times the span
 // from start to finish as halo.total.
 #pragma once
+#include <functional>
 #include <vector>
 
 #include "hybrid3d/core/box.hpp"
@@ -30,6 +31,10 @@ class HaloExchange {
   HaloExchange() = default;
   HaloExchange(const Distribution& in, const Window3D& w, const Distribution& out, int spatial_rank,
                float pad_value);
+  // The general plan: rank q of the group needs the box needed(q) (global
+  // coordinates; what lies outside the volume is padding) of a tensor cut
+  // into the blocks of `from`.
+  HaloExchange(const Distribution& from, const std::function<Box(int)>& needed, int spatial_rank, float pad_value);
 
   const Box& own_box() const { return own_; }
   const Box& padded_box() const { return padded_; }

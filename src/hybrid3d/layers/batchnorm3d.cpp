@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "hybrid3d/core/error.hpp"
+#include "hybrid3d/layers/deterministic.hpp"
 
 namespace h3d {
 
@@ -15,11 +16,59 @@ BatchNorm3d::BatchNorm3d(std::string name, int64_t channels, double momentum, do
   batches_ = {name_ + ".num_batches_tracked", Tensor({1}, 0.0f), true};
 }
 
-ActShape BatchNorm3d::setup(const ActShape& in, const ProcessGrid&) {
+ActShape BatchNorm3d::setup(const ActShape& in, const ProcessGrid& grid) {
   H3D_USAGE_CHECK(in.spatial && in.channels == c_,
                   "layer " << name_ << " expects " << c_ << " spatial channels, got " << in.channels);
   global_volume_ = in.dist.global_volume();
+  deterministic_ = in.deterministic;
+  ext_ = in.dist.box(grid.spatial_rank()).extents();
+  if (deterministic_) tiles_ = local_tiles(in, grid.spatial_rank());
   return in;
+}
+
+void BatchNorm3d::global_sums(StepContext& ctx, const Tensor& x, const Tensor* dy, std::vector<double>& s) const {
+  const int64_t n = x.dim(0), v = x.numel() / std::max<int64_t>(1, n * c_);
+  const Comm& world = ctx.grid->world();
+  s.assign(size_t(2 * c_ + 1), 0.0);
+  const double samples = ctx.grid->is_group_root() ? double(n) : 0.0;
+  if (!deterministic_) {
+    // [sum(c), second sum(c), local sample count]: one allreduce over the world.
+    if (dy)
+      ctx.backend->channel_grad_moments(x.data(), dy->data(), n, c_, v, mean_.data(), s.data(), s.data() + c_);
+    else
+      ctx.backend->channel_moments(x.data(), n, c_, v, s.data(), s.data() + c_);
+    s[size_t(2 * c_)] = samples;
+    world.allreduce_sum(s.data(), int64_t(s.size()));
+    return;
+  }
+  // Bounds of the exact sums from global maxima: |x - mean| <= max|x| + max|mean|.
+  const double count = double(world.allreduce_sum(int64_t(n * v)));
+  const double mx = global_max_abs(world, x.data(), x.numel());
+  const float* xs = x.data();
+  ExactSum first, second;
+  if (dy) {
+    double mm = 0;
+    for (float m : mean_) mm = std::max(mm, double(std::fabs(m)));
+    const double mdy = global_max_abs(world, dy->data(), dy->numel());
+    first.reset(c_, count * mdy);
+    second.reset(c_, count * mdy * (mx + mm));
+    const float* g = dy->data();
+    add_tile_sums(n, c_, ext_, tiles_, first, [&](int64_t, int64_t i) { return double(g[i]); });
+    add_tile_sums(n, c_, ext_, tiles_, second,
+                  [&](int64_t c, int64_t i) { return double(g[i]) * (double(xs[i]) - mean_[size_t(c)]); });
+  } else {
+    first.reset(c_, count * mx);
+    second.reset(c_, count * mx * mx);
+    add_tile_sums(n, c_, ext_, tiles_, first, [&](int64_t, int64_t i) { return double(xs[i]); });
+    add_tile_sums(n, c_, ext_, tiles_, second, [&](int64_t, int64_t i) { return double(xs[i]) * xs[i]; });
+  }
+  first.allreduce(world);
+  second.allreduce(world);
+  for (int64_t c = 0; c < c_; ++c) {
+    s[size_t(c)] = first.value(c);
+    s[size_t(c_ + c)] = second.value(c);
+  }
+  s[size_t(2 * c_)] = double(world.allreduce_sum(int64_t(samples)));
 }
 
 void BatchNorm3d::forward(StepContext& ctx, const Tensor& x, Tensor& y) {
@@ -27,11 +76,8 @@ void BatchNorm3d::forward(StepContext& ctx, const Tensor& x, Tensor& y) {
   std::vector<float> scale(static_cast<size_t>(c_)), shift(static_cast<size_t>(c_));
   y.reshape_like(x.shape());
   if (ctx.training) {
-    // [sum(c), sumsq(c), local sample count]: one allreduce over the world.
-    std::vector<double> s(size_t(2 * c_ + 1), 0.0);
-    ctx.backend->channel_moments(x.data(), n, c_, v, s.data(), s.data() + c_);
-    s[size_t(2 * c_)] = ctx.grid->is_group_root() ? double(n) : 0.0;
-    ctx.grid->world().allreduce_sum(s.data(), int64_t(s.size()));
+    std::vector<double> s;
+    global_sums(ctx, x, nullptr, s);
     double m = s[size_t(2 * c_)] * double(global_volume_);
     H3D_CHECK(m > 1, "layer " << name_ << ": batch statistics need more than one value per channel");
     mean_.assign(size_t(c_), 0.0f);
@@ -61,10 +107,8 @@ void BatchNorm3d::forward(StepContext& ctx, const Tensor& x, Tensor& y) {
 void BatchNorm3d::backward(StepContext& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
   H3D_CHECK(!mean_.empty(), "layer " << name_ << ": backward without a training forward");
   int64_t n = x.dim(0), v = x.numel() / std::max<int64_t>(1, n * c_);
-  std::vector<double> s(size_t(2 * c_ + 1), 0.0);
-  ctx.backend->channel_grad_moments(x.data(), dy.data(), n, c_, v, mean_.data(), s.data(), s.data() + c_);
-  s[size_t(2 * c_)] = ctx.grid->is_group_root() ? double(n) : 0.0;
-  ctx.grid->world().allreduce_sum(s.data(), int64_t(s.size()));
+  std::vector<double> s;
+  global_sums(ctx, x, &dy, s);
   double m = s[size_t(2 * c_)] * double(global_volume_);
   const size_t nc = static_cast<size_t>(c_);
   std::vector<float> a(nc), b(nc), e(nc);

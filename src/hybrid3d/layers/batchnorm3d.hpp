@@ -5,7 +5,8 @@
 //   y = gamma * (x - mean) / sqrt(var + eps) + beta
 // Running statistics as PyTorch: momentum 0.1, unbiased variance, eps 1e-5;
 // evaluation uses them and needs no communication. gamma/beta gradients are
-// complete (global) after the backward allreduce.
+// complete (global) after the backward allreduce. --deterministic: the sums
+// are formed per sample and fixed tile and added exactly.
 #pragma once
 #include "hybrid3d/layers/layer.hpp"
 
@@ -22,8 +23,14 @@ class BatchNorm3d : public Layer {
   std::vector<StateBuffer*> buffers() override { return {&running_mean_, &running_var_, &batches_}; }
 
  private:
+  // s[0, 2C): per channel sum(x), sum(x^2) (no dy) or sum(dy),
+  // sum(dy (x - mean)), over the global batch; s[2C]: its sample count.
+  void global_sums(StepContext& ctx, const Tensor& x, const Tensor* dy, std::vector<double>& s) const;
   int64_t c_;
   double momentum_, eps_;
+  bool deterministic_ = false;
+  std::vector<Box> tiles_;      // --deterministic: this rank's tiles
+  std::array<int64_t, 3> ext_{};  // the rank's block
   int64_t global_volume_ = 0;
   Param gamma_, beta_;
   StateBuffer running_mean_, running_var_, batches_;

@@ -22,10 +22,16 @@ ActShape Conv3d::setup(const ActShape& in, const ProcessGrid& grid) {
                   "layer " << name_ << " expects " << o_.in_channels << " input channels, got " << in.channels);
   Window1D w1 = make_window(o_.kernel, o_.stride, o_.padding);
   Window3D w{w1, w1, w1};
-  ActShape out = in;
+  ActShape out = in.through(w, name_);
   out.channels = o_.out_channels;
-  out.dist = in.dist.through(w, name_);
   input_.plan(in.dist, w, out.dist, grid.spatial_rank(), 0.0f);
+  deterministic_ = in.deterministic;
+  const GradReduce reduce = deterministic_ ? GradReduce::kComplete : GradReduce::kPartialSum;
+  weight_.reduce = bias_.reduce = reduce;
+  if (deterministic_) {
+    out_tiles_ = local_tiles(out, grid.spatial_rank());
+    own_grad_.plan(in.dist, w, out.dist, grid.spatial_rank(), name_);
+  }
   out_ext_ = out.dist.box(grid.spatial_rank()).extents();
   in_ext_ = in.dist.box(grid.spatial_rank()).extents();
   return out;
@@ -73,7 +79,23 @@ void Conv3d::forward_consuming(StepContext& ctx, Tensor& x, Tensor& y) {
   x.release();  // gone already unless the layer has no halo
 }
 
+void Conv3d::backward_deterministic(StepContext& ctx, const Tensor& x, const Tensor& dy, Tensor& dx) {
+  const ConvDesc d = desc(n_);
+  exact_conv_weight_grad(*ctx.backend, ctx.grid->world(), d, input_.saved(x).data(), dy.data(), out_tiles_,
+                         weight_.grad.data(), o_.bias ? bias_.grad.data() : nullptr);
+  input_.release();
+  if (!input_grad_needed_) {
+    dx.release();
+    return;
+  }
+  const Tensor& g = own_grad_.gather(ctx.grid->group(), dy);
+  dx.reshape_uninit({n_, o_.in_channels, in_ext_[0], in_ext_[1], in_ext_[2]});
+  ctx.backend->conv3d_backward_data(own_grad_.geometry(d), g.data(), weight_.value.data(), dx.data());
+  own_grad_.release();
+}
+
 void Conv3d::backward(StepContext& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
+  if (deterministic_) return backward_deterministic(ctx, x, dy, dx);
   ConvDesc d = desc(n_);
   auto weight_grad = [&] {
     ctx.backend->conv3d_backward_weights(d, input_.saved(x).data(), dy.data(), weight_.grad.data(),

@@ -4,7 +4,10 @@
 // Halo: what the padded window reaches outside the own block (see
 // Distribution). Backward: dx on the padded box, halo part sent back and
 // added by its owners; dw and db are partial sums over the own outputs.
+// --deterministic: dw and db are summed exactly on fixed tiles, and dx is
+// computed on the own block from a halo of dy (layers/deterministic.hpp).
 #pragma once
+#include "hybrid3d/layers/deterministic.hpp"
 #include "hybrid3d/layers/window_layer.hpp"
 
 namespace h3d {
@@ -35,9 +38,13 @@ class Conv3d : public Layer {
   ConvDesc desc(int64_t n) const;
   // The forward of both entry points; x is consumed when `consumable` is x.
   void forward_overlapped(StepContext& ctx, const Tensor& x, Tensor* consumable, Tensor& y);
+  void backward_deterministic(StepContext& ctx, const Tensor& x, const Tensor& dy, Tensor& dx);
   Conv3dOptions o_;
   Param weight_, bias_;
   PaddedInput input_;
+  bool deterministic_ = false;
+  std::vector<Box> out_tiles_;  // --deterministic: this rank's output tiles
+  OwnInputGrad own_grad_;
   std::array<int64_t, 3> out_ext_{}, in_ext_{};
   int64_t n_ = 0;  // samples of the last forward
 };

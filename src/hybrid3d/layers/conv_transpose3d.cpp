@@ -28,7 +28,7 @@ ActShape ConvTranspose3d::setup(const ActShape& in, const ProcessGrid& grid) {
                   "layer " << name_ << " expects " << o_.in_channels << " input channels, got " << in.channels);
   const int s = o_.stride, p = o_.padding, k = o_.kernel;
   std::array<int64_t, 3> extent{};
-  std::array<std::vector<int64_t>, 3> bounds;
+  std::array<std::vector<int64_t>, 3> bounds, tile_bounds;
   Window3D w{};
   for (int d = 0; d < 3; ++d) {
     const int64_t n = in.dist.extent()[size_t(d)];
@@ -41,11 +41,21 @@ ActShape ConvTranspose3d::setup(const ActShape& in, const ProcessGrid& grid) {
     Window1D w1{k, s, p, int(std::max<int64_t>(0, (n - 1) * s - p + k - m))};
     w[size_t(d)] = w1;
     for (int64_t b : in.dist.bounds(d)) bounds[size_t(d)].push_back(std::min(b * s, m));
+    if (in.deterministic)
+      for (int64_t b : in.tiles.bounds(d)) tile_bounds[size_t(d)].push_back(std::min(b * s, m));
   }
   ActShape out = in;
   out.channels = o_.out_channels;
   out.dist = Distribution(extent, in.dist.grid(), bounds);
   out.dist.require_nonempty(name_);
+  deterministic_ = in.deterministic;
+  weight_.reduce = bias_.reduce = deterministic_ ? GradReduce::kComplete : GradReduce::kPartialSum;
+  if (deterministic_) {
+    out.tiles = Distribution(extent, in.tiles.grid(), tile_bounds);
+    own_output_.plan(out.dist, w, in.dist, grid.spatial_rank(), name_);
+    in_tiles_ = local_tiles(in, grid.spatial_rank());
+    out_tiles_ = local_tiles(out, grid.spatial_rank());
+  }
   H3D_CHECK(out.dist.through(w, name_) == in.dist, "layer " << name_ << ": the adjoint convolution does not map "
                                                              "the output blocks back onto the input blocks");
   output_.plan(out.dist, w, in.dist, grid.spatial_rank(), 0.0f);
@@ -70,8 +80,15 @@ ConvDesc ConvTranspose3d::adjoint(int64_t n) const {
 void ConvTranspose3d::forward(StepContext& ctx, const Tensor& x, Tensor& y) {
   const int64_t n = x.dim(0);
   const ConvDesc d = adjoint(n);
-  output_.input_grad(ctx.grid->group(), {n, o_.out_channels, out_ext_[0], out_ext_[1], out_ext_[2]}, y,
-                     [&](float* out) { ctx.backend->conv3d_backward_data(d, x.data(), weight_.value.data(), out); });
+  if (deterministic_) {
+    const Tensor& xg = own_output_.gather(ctx.grid->group(), x);
+    y.reshape_uninit({n, o_.out_channels, out_ext_[0], out_ext_[1], out_ext_[2]});
+    ctx.backend->conv3d_backward_data(own_output_.geometry(d), xg.data(), weight_.value.data(), y.data());
+    own_output_.release();
+  } else {
+    output_.input_grad(ctx.grid->group(), {n, o_.out_channels, out_ext_[0], out_ext_[1], out_ext_[2]}, y,
+                       [&](float* out) { ctx.backend->conv3d_backward_data(d, x.data(), weight_.value.data(), out); });
+  }
   if (!o_.bias) return;
   std::vector<float> ones(size_t(o_.out_channels), 1.0f);
   const int64_t v = out_ext_[0] * out_ext_[1] * out_ext_[2];
@@ -82,7 +99,11 @@ void ConvTranspose3d::backward(StepContext& ctx, const Tensor& x, const Tensor&,
   const int64_t n = x.dim(0);
   const ConvDesc d = adjoint(n);
   const Tensor& dyp = output_.gather(ctx.grid->group(), dy);
-  ctx.backend->conv3d_backward_weights(d, dyp.data(), x.data(), weight_.grad.data(), nullptr);
+  if (deterministic_)
+    exact_conv_weight_grad(*ctx.backend, ctx.grid->world(), d, dyp.data(), x.data(), in_tiles_, weight_.grad.data(),
+                           nullptr);
+  else
+    ctx.backend->conv3d_backward_weights(d, dyp.data(), x.data(), weight_.grad.data(), nullptr);
   if (input_grad_needed_) {
     dx.reshape_uninit({n, o_.in_channels, in_ext_[0], in_ext_[1], in_ext_[2]});
     ctx.backend->conv3d_forward(d, dyp.data(), weight_.value.data(), nullptr, dx.data());
@@ -90,7 +111,9 @@ void ConvTranspose3d::backward(StepContext& ctx, const Tensor& x, const Tensor&,
     dx.release();
   }
   output_.release();
-  if (o_.bias) {
+  if (o_.bias && deterministic_) {
+    exact_channel_sums(ctx.grid->world(), dy.data(), n, o_.out_channels, out_ext_, out_tiles_, bias_.grad.data());
+  } else if (o_.bias) {
     std::vector<double> sum(size_t(o_.out_channels), 0.0), sumsq(size_t(o_.out_channels), 0.0);
     ctx.backend->channel_moments(dy.data(), n, o_.out_channels, out_ext_[0] * out_ext_[1] * out_ext_[2], sum.data(),
                                  sumsq.data());

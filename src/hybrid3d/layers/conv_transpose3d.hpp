@@ -18,7 +18,11 @@
 // The output distribution doubles every block bound (s * b), so that the
 // adjoint conv maps it back onto the input's blocks exactly. Kernel 2
 // stride 2 needs no halo at all.
+// --deterministic: the forward computes the own output block from a halo of
+// x (the adjoint's own-block input gradient), and the weight and bias
+// gradients are summed exactly on fixed tiles (layers/deterministic.hpp).
 #pragma once
+#include "hybrid3d/layers/deterministic.hpp"
 #include "hybrid3d/layers/window_layer.hpp"
 
 namespace h3d {
@@ -46,6 +50,9 @@ class ConvTranspose3d : public Layer {
   ConvTranspose3dOptions o_;
   Param weight_, bias_;
   PaddedInput output_;  // halo plan of the output space under the adjoint conv
+  bool deterministic_ = false;
+  OwnInputGrad own_output_;                // --deterministic: the forward
+  std::vector<Box> in_tiles_, out_tiles_;  // --deterministic: this rank's tiles
   std::array<int64_t, 3> in_ext_{}, out_ext_{};
 };
 

@@ -12,6 +12,13 @@ std::vector<int64_t> ActShape::local_shape(int64_t n, int spatial_rank) const {
   return {n, channels, e[0], e[1], e[2]};
 }
 
+ActShape ActShape::through(const Window3D& w, const std::string& layer) const {
+  ActShape out = *this;
+  out.dist = dist.through(w, layer);
+  if (deterministic) out.tiles = tiles.through(w, layer + " (its --deterministic tiles)");
+  return out;
+}
+
 void init_uniform_fan_in(Tensor& t, int64_t fan_in, uint64_t seed, const std::string& name) {
   double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
   uint64_t stream = fnv1a(name);

@@ -46,7 +46,14 @@ struct ActShape {
   int64_t channels = 0;  // spatial: C
   Distribution dist;     // spatial: the blocks
   int64_t features = 0;  // dense: F
+  // --deterministic (see layers/deterministic.hpp): the fixed global tiles
+  // on which layers form their partial sums over space, mapped through the
+  // layers like `dist`; every block is a union of tiles.
+  bool deterministic = false;
+  Distribution tiles;
   std::vector<int64_t> local_shape(int64_t n, int spatial_rank) const;
+  // The shape after a window op: blocks and tiles both go through it.
+  ActShape through(const Window3D& w, const std::string& layer) const;
 };
 
 struct StepContext {

@@ -9,6 +9,10 @@
 // those columns, and one allreduce of [n, out] over the group sums the
 // parts. No rank ever gathers the whole activation; dW gets disjoint column
 // blocks per rank (a partial sum), dx = dy W[:, own] needs no communication.
+//
+// --deterministic: one sample at a time, and on a spatial input one fixed
+// tile at a time; the tiles' partial products, and dW and db over the
+// samples, are added exactly (layers/deterministic.hpp).
 #pragma once
 #include "hybrid3d/layers/layer.hpp"
 
@@ -25,6 +29,16 @@ class Linear : public Layer {
 
  private:
   const float* local_weight();  // W[:, own columns], contiguous
+  void forward_deterministic(StepContext& ctx, const Tensor& x, Tensor& y);
+  void backward_deterministic(StepContext& ctx, const Tensor& x, const Tensor& dy, Tensor& dx);
+  // --deterministic: the input's features in pieces that are the same under
+  // every layout (a tile each, or all features of a dense input).
+  struct Piece {
+    std::vector<int64_t> local;  // index in the rank's flattened sample
+    Tensor w;                    // W[:, the piece's columns], per forward
+  };
+  bool deterministic_ = false;
+  std::vector<Piece> pieces_;
   int64_t in_, out_;
   Param weight_, bias_;
   bool spatial_ = false;

@@ -18,10 +18,16 @@ ActShape Pool3d::setup(const ActShape& in, const ProcessGrid& grid) {
   H3D_USAGE_CHECK(in.spatial, "layer " << name_ << " needs a spatial input");
   channels_ = in.channels;
   Window3D w{w_, w_, w_};
-  ActShape out = in;
-  out.dist = in.dist.through(w, name_);
+  ActShape out = in.through(w, name_);
   float pad = kind_ == PoolKind::kMax ? -std::numeric_limits<float>::infinity() : 0.0f;
   input_.plan(in.dist, w, out.dist, grid.spatial_rank(), pad);
+  own_block_grad_ = in.deterministic && !input_.trivial();
+  if (own_block_grad_) {
+    H3D_USAGE_CHECK(kind_ == PoolKind::kAvg, "--deterministic: layer " << name_
+                                                 << " is a max pooling with a halo (overlapping windows or "
+                                                    "padding), which this mode does not support");
+    own_grad_.plan(in.dist, w, out.dist, grid.spatial_rank(), name_);
+  }
   out_ext_ = out.dist.box(grid.spatial_rank()).extents();
   in_ext_ = in.dist.box(grid.spatial_rank()).extents();
   return out;
@@ -57,6 +63,13 @@ void Pool3d::forward_consuming(StepContext& ctx, Tensor& x, Tensor& y) {
 }
 
 void Pool3d::backward(StepContext& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
+  if (own_block_grad_) {  // average pooling: no values needed
+    const Tensor& g = own_grad_.gather(ctx.grid->group(), dy);
+    dx.reshape_uninit({n_, channels_, in_ext_[0], in_ext_[1], in_ext_[2]});
+    ctx.backend->pool3d_backward(own_grad_.geometry(desc(n_)), nullptr, g.data(), dx.data());
+    own_grad_.release();
+    return;
+  }
   const float* xp = kind_ == PoolKind::kMax ? input_.saved(x).data() : nullptr;
   input_.input_grad(ctx.grid->group(), {n_, channels_, in_ext_[0], in_ext_[1], in_ext_[2]}, dx,
                     [&](float* out) { ctx.backend->pool3d_backward(desc(n_), xp, dy.data(), out); });

@@ -2,8 +2,11 @@
 // padding 1 (halo of 1 before each block). Max ignores padding (-inf);
 // average counts it (PyTorch's count_include_pad=True): y = sum(window)/k^3.
 // Backward: max routes dy to the first maximum of each window, average
-// spreads dy/k^3; gradients of halo cells go back to their owners.
+// spreads dy/k^3; gradients of halo cells go back to their owners
+// (--deterministic: average pooling computes dx on the own block from a
+// halo of dy; max pooling with overlapping windows is refused there).
 #pragma once
+#include "hybrid3d/layers/deterministic.hpp"
 #include "hybrid3d/layers/window_layer.hpp"
 
 namespace h3d {
@@ -29,6 +32,8 @@ class Pool3d : public Layer {
   Window1D w_;
   int64_t channels_ = 0;
   PaddedInput input_;
+  bool own_block_grad_ = false;  // --deterministic with a halo: dx via own_grad_
+  OwnInputGrad own_grad_;
   std::array<int64_t, 3> out_ext_{}, in_ext_{};
   int64_t n_ = 0;  // samples of the last forward
 };

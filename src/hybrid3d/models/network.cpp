@@ -4,6 +4,7 @@
 
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/core/profiler.hpp"
+#include "hybrid3d/layers/deterministic.hpp"
 
 namespace h3d {
 
@@ -12,6 +13,7 @@ void Network::setup(const ActShape& input, const ProcessGrid& grid) {
   shapes_.clear();
   ActShape s = input;
   for (auto& l : layers_) {
+    require_blocks_on_tiles(s, l->name());
     s = l->setup(s, grid);
     shapes_.push_back(s);
   }

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "hybrid3d/core/error.hpp"
+#include "hybrid3d/dist/exact_sum.hpp"
 
 namespace h3d {
 
@@ -32,7 +33,7 @@ bool counted(int32_t y, int ignore, int64_t K) { return y != ignore && y >= 0 &&
 }  // namespace
 
 SegLossValue segmentation_loss(const Comm& comm, const SegLossOptions& o, const Tensor& logits,
-                               const std::vector<int32_t>& labels, Tensor& dlogits) {
+                               const std::vector<int32_t>& labels, Tensor& dlogits, bool exact) {
   const int64_t n = logits.dim(0), K = logits.dim(1), vol = logits.numel() / std::max<int64_t>(1, n * K);
   H3D_CHECK(int64_t(labels.size()) == n * vol, "segmentation loss: " << labels.size() << " labels for " << n * vol
                                                                        << " voxels");
@@ -43,6 +44,19 @@ SegLossValue segmentation_loss(const Comm& comm, const SegLossOptions& o, const 
   // them in the same reduction, and all stop together.)
   std::vector<double> sums(size_t(3 + 3 * K), 0.0);
   for (int32_t y : labels) sums.back() += (y != o.ignore_label && (y < 0 || y >= K)) ? 1.0 : 0.0;
+  // Exact: every term is at most max(1, largest weight) * 691 (-log 1e-300).
+  ExactSum exact_sums;
+  if (exact) {
+    double wmax = 1;
+    for (float w : o.class_weights) wmax = std::max(wmax, double(w));
+    exact_sums.reset(int64_t(sums.size()) - 1, double(comm.allreduce_sum(int64_t(labels.size()))) * wmax * 691.0);
+  }
+  auto add = [&](size_t slot, double v) {
+    if (exact)
+      exact_sums.add(int64_t(slot), v);
+    else
+      sums[slot] += v;
+  };
   std::vector<double> p(static_cast<size_t>(K));
   for (int64_t s = 0; s < n; ++s) {
     const float* z = logits.data() + s * K * vol;
@@ -51,16 +65,22 @@ SegLossValue segmentation_loss(const Comm& comm, const SegLossOptions& o, const 
       if (!counted(y, o.ignore_label, K)) continue;
       softmax_at(z, K, vol, v, p.data());
       const double w = weight(y);
-      sums[0] += w * -std::log(std::max(p[size_t(y)], 1e-300));
-      sums[1] += w;
+      add(0, w * -std::log(std::max(p[size_t(y)], 1e-300)));
+      add(1, w);
       for (int64_t k = 0; k < K; ++k) {
-        sums[size_t(2 + k)] += p[size_t(k)] * (k == y);  // I
-        sums[size_t(2 + K + k)] += p[size_t(k)];         // P
-        sums[size_t(2 + 2 * K + k)] += (k == y);         // G
+        add(size_t(2 + k), p[size_t(k)] * (k == y));  // I
+        add(size_t(2 + K + k), p[size_t(k)]);         // P
+        add(size_t(2 + 2 * K + k), (k == y));         // G
       }
     }
   }
-  comm.allreduce_sum(sums.data(), int64_t(sums.size()));
+  if (exact) {
+    exact_sums.allreduce(comm);
+    for (int64_t i = 0; i < exact_sums.size(); ++i) sums[size_t(i)] = exact_sums.value(i);
+    sums.back() = double(comm.allreduce_sum(int64_t(sums.back())));
+  } else {
+    comm.allreduce_sum(sums.data(), int64_t(sums.size()));
+  }
   H3D_USAGE_CHECK(sums.back() == 0, int64_t(sums.back()) << " voxel labels of the mini-batch are outside the " << K
                                                           << " classes 0.." << K - 1
                                                           << "; set --classes, or --ignore-label for a void label");

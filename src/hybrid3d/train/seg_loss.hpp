@@ -45,9 +45,11 @@ struct SegLossValue {
 };
 
 // Loss of the global mini-batch and dlogits (same shape as logits) for
-// this rank's part. Collective over `comm`.
+// this rank's part. Collective over `comm`. `exact` (--deterministic): the
+// global sums are added exactly, so they do not depend on how the voxels
+// are split over ranks.
 SegLossValue segmentation_loss(const Comm& comm, const SegLossOptions& o, const Tensor& logits,
-                               const std::vector<int32_t>& labels, Tensor& dlogits);
+                               const std::vector<int32_t>& labels, Tensor& dlogits, bool exact = false);
 
 class SegMetrics {
  public:

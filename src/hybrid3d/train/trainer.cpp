@@ -21,6 +21,7 @@
 #include "hybrid3d/data/synthetic_segmentation.hpp"
 #include "hybrid3d/data/synthetic_universe.hpp"
 #include "hybrid3d/dist/output_dir.hpp"
+#include "hybrid3d/layers/deterministic.hpp"
 #include "hybrid3d/train/checkpoint.hpp"
 #include "hybrid3d/train/profile_report.hpp"
 #include "hybrid3d/train/stop_signal.hpp"
@@ -138,6 +139,7 @@ Trainer::Trainer(const Comm& world, TrainOptions o) : o_(std::move(o)) {
   in.channels = model_in_channels(o_.model);
   in.dist = Distribution::balanced(ext, grid_->spatial(), model_alignment(o_.model));
   in.dist.require_nonempty("input");
+  if (o_.deterministic) use_deterministic_tiles(in, model_alignment(o_.model));
   net_.setup(in, *grid_);
   H3D_USAGE_CHECK(o_.bucket_mib > 0, "--allreduce-bucket-mib must be positive (for example 8)");
   reducer_.plan(*grid_, net_.params_by_layer(), int64_t(o_.bucket_mib * (1 << 20)), o_.overlap,
@@ -384,19 +386,31 @@ double Trainer::loss_and_gradient(int64_t step) {
   if (segmentation_) {
     // Per-voxel loss over the whole global batch volume (every rank's voxels once).
     labels_.assign(targets_.begin(), targets_.end());
-    loss = segmentation_loss(grid_->world(), o_.seg_loss, output_, labels_, dout_).loss;
+    loss = segmentation_loss(grid_->world(), o_.seg_loss, output_, labels_, dout_, o_.deterministic).loss;
   } else {
     // MSE over the global mini-batch: the head is replicated in each group, so
     // summing over one rank per group (the replicas communicator) is exact.
     const double denom = double(o_.batch_size) * SampleSource::kTargets;
-    double sse = 0;
+    double sse = 0, largest = 0;
     dout_.reshape_like(output_.shape());
     for (int64_t i = 0; i < output_.numel(); ++i) {
       double d = double(output_[i]) - targets_[size_t(i)];
       sse += d * d;
+      largest = std::max(largest, d * d);
       dout_[i] = float(2.0 * d / denom);
     }
-    grid_->replicas().allreduce_sum(&sse, 1);
+    if (o_.deterministic) {  // the terms added exactly, whatever the groups
+      const double bound = grid_->world().allreduce_max(std::isfinite(sse) ? largest : HUGE_VAL) * denom;
+      ExactSum exact(1, bound);
+      for (int64_t i = 0; i < output_.numel(); ++i) {
+        const double d = double(output_[i]) - targets_[size_t(i)];
+        exact.add(0, d * d);
+      }
+      exact.allreduce(grid_->replicas());
+      sse = exact.value(0);
+    } else {
+      grid_->replicas().allreduce_sum(&sse, 1);
+    }
     loss = sse / denom;
   }
   if (!std::isfinite(loss) && !o_.skip_nonfinite)

@@ -58,6 +58,9 @@ struct TrainOptions {
   // How each rank gets its block of a file sample (see Hdf5Universes).
   std::string read_mode = "independent";
   Overlap overlap = Overlap::kAuto;
+  // Bitwise the same weights, buffers and losses under every layout (at
+  // the same threads per rank): layers/deterministic.hpp.
+  bool deterministic = false;
   SegLossOptions seg_loss;  // segmentation models
   std::string intensity_window;  // segmentation files: "LO,HI" clips and scales to [0, 1]
   bool random_crop = false, flip = false;  // segmentation training augmentation (data/augment.hpp)
