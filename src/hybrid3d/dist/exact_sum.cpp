@@ -1,6 +1,7 @@
 #include "hybrid3d/dist/exact_sum.hpp"
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -46,6 +47,8 @@ const Int128Mpi& int128_mpi() {
 
 void ExactSum::reset(int64_t n, double bound) {
   acc_.assign(static_cast<size_t>(n), 0);
+  parts_.clear();
+  pending_ = 0;
   nonfinite_ = !std::isfinite(bound);
   int g = 0;
   if (!nonfinite_ && bound > 0) g = std::ilogb(bound) + 1 - kGridBits;
@@ -59,18 +62,61 @@ __int128 ExactSum::to_grid(double v) const {
   // Beyond the bound: the caller's bound was wrong (or v is not finite,
   // which a finite bound taken from the same data excludes).
   H3D_CHECK(std::fabs(q) < kLimit, "ExactSum: term " << v << " exceeds the bound of its sum");
-  return static_cast<__int128>(q);
+  // |q| = hi 2^64 + lo exactly (both parts are bits of |q|): two hardware
+  // conversions instead of the library's double -> int128 one.
+  const double a = std::fabs(q), hi = std::floor(a * 0x1p-64), lo = a - hi * 0x1p64;
+  const __int128 r = (static_cast<__int128>(static_cast<uint64_t>(hi)) << 64) + static_cast<uint64_t>(lo);
+  return q < 0 ? -r : r;
 }
 
-void ExactSum::add_all(const float* v) {
-  for (size_t i = 0; i < acc_.size(); ++i) acc_[i] += to_grid(double(v[i]));
+template <typename T>
+void ExactSum::add_all_split(const T* v) {
+  if (nonfinite_ || acc_.empty()) return;
+  const size_t n = acc_.size();
+  if (parts_.empty()) parts_.assign(3 * n, 0.0);
+  // round(x) = (x + 1.5 2^52) - 1.5 2^52 for |x| < 2^51 (round to nearest,
+  // as to_grid; the build does not reassociate floating point). Each
+  // remainder is exact: it is made of the bits of v below the part taken.
+  const double magic = 0x1.8p52;
+  const double s0 = scale_ * 0x1p-80, s1 = scale_ * 0x1p-40, s2 = scale_;
+  const double u0 = unscale_ * 0x1p80, u1 = unscale_ * 0x1p40;
+  double* p0 = parts_.data();
+  double *p1 = p0 + n, *p2 = p1 + n;
+  double largest = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double x = double(v[i]);
+    largest = std::max(largest, std::fabs(x));
+    const double q0 = (x * s0 + magic) - magic;
+    const double r0 = x - q0 * u0;
+    const double q1 = (r0 * s1 + magic) - magic;
+    const double r1 = r0 - q1 * u1;
+    const double q2 = (r1 * s2 + magic) - magic;
+    p0[i] += q0;
+    p1[i] += q1;
+    p2[i] += q2;
+  }
+  // |q0| < 2^46 within the bound: 64 arrays stay below 2^52.
+  H3D_CHECK(largest * scale_ < kLimit, "ExactSum: term " << largest << " exceeds the bound of its sum");
+  if (++pending_ == 64) flush();
 }
 
-void ExactSum::add_all(const double* v) {
-  for (size_t i = 0; i < acc_.size(); ++i) acc_[i] += to_grid(v[i]);
+template void ExactSum::add_all_split<float>(const float*);
+template void ExactSum::add_all_split<double>(const double*);
+
+void ExactSum::flush() {
+  if (pending_ == 0) return;
+  const size_t n = acc_.size();
+  for (size_t i = 0; i < n; ++i) {
+    const __int128 q0 = static_cast<int64_t>(parts_[i]), q1 = static_cast<int64_t>(parts_[n + i]),
+                   q2 = static_cast<int64_t>(parts_[2 * n + i]);
+    acc_[i] += q0 * (static_cast<__int128>(1) << 80) + q1 * (static_cast<__int128>(1) << 40) + q2;
+  }
+  std::fill(parts_.begin(), parts_.end(), 0.0);
+  pending_ = 0;
 }
 
 void ExactSum::allreduce(const Comm& comm) {
+  flush();
   if (comm.size() == 1 || acc_.empty()) return;
   const auto& m = int128_mpi();
   const int64_t chunk = std::numeric_limits<int>::max() / 32;
@@ -81,11 +127,13 @@ void ExactSum::allreduce(const Comm& comm) {
 }
 
 double ExactSum::value(int64_t i) const {
+  H3D_CHECK(pending_ == 0, "ExactSum::value before allreduce or flush of its split parts");
   if (nonfinite_) return std::numeric_limits<double>::quiet_NaN();
   return static_cast<double>(acc_[static_cast<size_t>(i)]) * unscale_;
 }
 
 void ExactSum::values(float* out) const {
+  H3D_CHECK(pending_ == 0, "ExactSum::values before allreduce or flush of its split parts");
   for (int64_t i = 0; i < size(); ++i) out[i] = static_cast<float>(value(i));
 }
 

@@ -32,18 +32,26 @@ class ExactSum {
   int64_t size() const { return static_cast<int64_t>(acc_.size()); }
 
   void add(int64_t i, double v) { acc_[static_cast<size_t>(i)] += to_grid(v); }
-  // acc[i] += v[i] for i in [0, size()).
-  void add_all(const float* v);
-  void add_all(const double* v);
+  // acc[i] += v[i] for i in [0, size()). Whole arrays are first split into
+  // three integer-valued doubles each (grids 2^(g+80), 2^(g+40), 2^g), which
+  // add exactly and vectorise, and reach the int128 sums every 64 arrays.
+  void add_all(const float* v) { add_all_split(v); }
+  void add_all(const double* v) { add_all_split(v); }
 
   // Sums over every rank of comm (collective; the same bound on all).
+  // It flushes the split parts; read values after it (or after flush()).
   void allreduce(const Comm& comm);
+  void flush();  // the split parts into the int128 sums
   double value(int64_t i) const;
   void values(float* out) const;
 
  private:
   __int128 to_grid(double v) const;
+  template <typename T>
+  void add_all_split(const T* v);
   std::vector<__int128> acc_;
+  std::vector<double> parts_;  // [3][n] integer-valued doubles, < 2^52 each
+  int pending_ = 0;            // arrays added to parts_ since the last flush
   double scale_ = 1.0, unscale_ = 1.0;  // 2^-g and 2^g
   bool nonfinite_ = false;
 };

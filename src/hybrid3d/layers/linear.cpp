@@ -110,12 +110,15 @@ void Linear::backward_deterministic(StepContext& ctx, const Tensor& x, const Ten
   const double mdy = global_max_abs(world, dy.data(), dy.numel());
   const double mx = global_max_abs(world, x.data(), x.numel());
   ExactSum dw(out_ * f, samples * mdy * mx), db(out_, samples * mdy);
-  for (int64_t s = 0; s < n; ++s)
+  std::vector<double> products(static_cast<size_t>(out_ * f));  // exact: float x float
+  for (int64_t s = 0; s < n; ++s) {
     for (int64_t o = 0; o < out_; ++o) {
       const double g = dy[s * out_ + o];
       db.add(o, g);
-      for (int64_t j = 0; j < f; ++j) dw.add(o * f + j, g * double(x[s * f + j]));
+      for (int64_t j = 0; j < f; ++j) products[size_t(o * f + j)] = g * double(x[s * f + j]);
     }
+    dw.add_all(products.data());
+  }
   db.allreduce(replicas);
   db.values(bias_.grad.data());
   dw.allreduce(replicas);
