@@ -69,23 +69,24 @@ __int128 ExactSum::to_grid(double v) const {
   return q < 0 ? -r : r;
 }
 
+// p_k[i] += the part of v[i] on grid 2^(g + 80), 2^(g + 40), 2^g (scales
+// s_k = 2^-(grid), u0, u1 = 2^(grid) of the first two). Returns whether a
+// term lay beyond the bound. round(x) = (x + 1.5 2^52) - 1.5 2^52 for
+// |x| < 2^51 (round to nearest, as to_grid; the build neither reassociates
+// nor changes the rounding mode, and a contracted multiply-add is exact
+// here as the products are). Each remainder is exact: it is made of the
+// bits of v[i] below the part taken. Cloned for AVX-512 and AVX2, picked
+// at load time, as the build targets the baseline x86-64.
 template <typename T>
-void ExactSum::add_all_split(const T* v) {
-  if (nonfinite_ || acc_.empty()) return;
-  const size_t n = acc_.size();
-  if (parts_.empty()) parts_.assign(3 * n, 0.0);
-  // round(x) = (x + 1.5 2^52) - 1.5 2^52 for |x| < 2^51 (round to nearest,
-  // as to_grid; the build does not reassociate floating point). Each
-  // remainder is exact: it is made of the bits of v below the part taken.
+__attribute__((target_clones("avx512f", "avx2", "default"))) bool split_add(const T* v, size_t n, double* p0,
+                                                                              double* p1, double* p2, double s0,
+                                                                              double s1, double s2, double u0,
+                                                                              double u1, double limit) {
   const double magic = 0x1.8p52;
-  const double s0 = scale_ * 0x1p-80, s1 = scale_ * 0x1p-40, s2 = scale_;
-  const double u0 = unscale_ * 0x1p80, u1 = unscale_ * 0x1p40;
-  double* p0 = parts_.data();
-  double *p1 = p0 + n, *p2 = p1 + n;
-  double largest = 0;
+  int bad = 0;
   for (size_t i = 0; i < n; ++i) {
     const double x = double(v[i]);
-    largest = std::max(largest, std::fabs(x));
+    bad |= std::fabs(x) * s2 >= limit;
     const double q0 = (x * s0 + magic) - magic;
     const double r0 = x - q0 * u0;
     const double q1 = (r0 * s1 + magic) - magic;
@@ -95,8 +96,19 @@ void ExactSum::add_all_split(const T* v) {
     p1[i] += q1;
     p2[i] += q2;
   }
-  // |q0| < 2^46 within the bound: 64 arrays stay below 2^52.
-  H3D_CHECK(largest * scale_ < kLimit, "ExactSum: term " << largest << " exceeds the bound of its sum");
+  return bad != 0;
+}
+
+template <typename T>
+void ExactSum::add_all_split(const T* v) {
+  if (nonfinite_ || acc_.empty()) return;
+  const size_t n = acc_.size();
+  if (parts_.empty()) parts_.assign(3 * n, 0.0);
+  double* p0 = parts_.data();
+  const bool beyond = split_add(v, n, p0, p0 + n, p0 + 2 * n, scale_ * 0x1p-80, scale_ * 0x1p-40, scale_,
+                                unscale_ * 0x1p80, unscale_ * 0x1p40, kLimit);
+  // Within the bound |part 0| < 2^46: 64 arrays stay below 2^52.
+  H3D_CHECK(!beyond, "ExactSum: a term exceeds the bound of its sum");
   if (++pending_ == 64) flush();
 }
 
