@@ -151,13 +151,12 @@ void ExactSum::values(float* out) const {
 
 double global_max_abs(const Comm& comm, const float* v, int64_t n) {
   double m = 0;
-  bool bad = false;
+  int bad = 0;
+#pragma omp parallel for reduction(max : m) reduction(| : bad) schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const double a = std::fabs(double(v[i]));
-    if (!(a <= m)) {
-      if (std::isnan(a)) bad = true;
-      else m = a;
-    }
+    bad |= std::isnan(a);
+    m = a > m ? a : m;
   }
   // NaN is not ordered for MPI_MAX: it travels as +inf.
   return comm.allreduce_max(bad ? std::numeric_limits<double>::infinity() : m);

@@ -54,6 +54,7 @@ std::vector<Box> local_tiles(const ActShape& s, int spatial_rank) {
 void copy_box_out(const float* sample, int64_t channels, const std::array<int64_t, 3>& ext, const Box& b,
                   float* out) {
   const auto e = b.extents();
+#pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < channels; ++c)
     for (int64_t z = 0; z < e[0]; ++z)
       for (int64_t y = 0; y < e[1]; ++y) {
