@@ -81,7 +81,7 @@ void Conv3d::forward_consuming(StepContext& ctx, Tensor& x, Tensor& y) {
 
 void Conv3d::backward_deterministic(StepContext& ctx, const Tensor& x, const Tensor& dy, Tensor& dx) {
   const ConvDesc d = desc(n_);
-  exact_conv_weight_grad(*ctx.backend, ctx.grid->world(), d, input_.saved(x).data(), dy.data(), out_tiles_,
+  exact_conv_weight_grad(*ctx.backend, ctx.grid->world(), d, input_.saved(x).data(), dy.data(), out_tiles_, weight_sum_,
                          weight_.grad.data(), o_.bias ? bias_.grad.data() : nullptr);
   input_.release();
   if (!input_grad_needed_) {

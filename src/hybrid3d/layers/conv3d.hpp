@@ -45,6 +45,7 @@ class Conv3d : public Layer {
   bool deterministic_ = false;
   std::vector<Box> out_tiles_;  // --deterministic: this rank's output tiles
   OwnInputGrad own_grad_;
+  ExactSum weight_sum_;
   std::array<int64_t, 3> out_ext_{}, in_ext_{};
   int64_t n_ = 0;  // samples of the last forward
 };

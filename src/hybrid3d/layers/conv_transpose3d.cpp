@@ -100,7 +100,7 @@ void ConvTranspose3d::backward(StepContext& ctx, const Tensor& x, const Tensor&,
   const ConvDesc d = adjoint(n);
   const Tensor& dyp = output_.gather(ctx.grid->group(), dy);
   if (deterministic_)
-    exact_conv_weight_grad(*ctx.backend, ctx.grid->world(), d, dyp.data(), x.data(), in_tiles_, weight_.grad.data(),
+    exact_conv_weight_grad(*ctx.backend, ctx.grid->world(), d, dyp.data(), x.data(), in_tiles_, weight_sum_, weight_.grad.data(),
                            nullptr);
   else
     ctx.backend->conv3d_backward_weights(d, dyp.data(), x.data(), weight_.grad.data(), nullptr);

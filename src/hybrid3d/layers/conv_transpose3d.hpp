@@ -53,6 +53,7 @@ class ConvTranspose3d : public Layer {
   bool deterministic_ = false;
   OwnInputGrad own_output_;                // --deterministic: the forward
   std::vector<Box> in_tiles_, out_tiles_;  // --deterministic: this rank's tiles
+  ExactSum weight_sum_;
   std::array<int64_t, 3> in_ext_{}, out_ext_{};
 };
 

@@ -64,14 +64,16 @@ void copy_box_out(const float* sample, int64_t channels, const std::array<int64_
 }
 
 void exact_conv_weight_grad(Backend& backend, const Comm& world, const ConvDesc& d, const float* xp,
-                            const float* dy, const std::vector<Box>& tiles, float* dw, float* db) {
+                            const float* dy, const std::vector<Box>& tiles, ExactSum& w_sum, float* dw,
+                            float* db) {
   const int64_t in_vol = d.in[0] * d.in[1] * d.in[2], out_vol = d.out[0] * d.out[1] * d.out[2];
   const int64_t nw = d.cout * d.cin * int64_t(d.k[0]) * d.k[1] * d.k[2];
   // The grid of the exact sums: |any sum| <= (terms) * max|dy| * max|x|.
   const double mdy = global_max_abs(world, dy, d.n * d.cout * out_vol);
   const double mx = global_max_abs(world, xp, d.n * d.cin * in_vol);
   const double terms = double(world.allreduce_sum(d.n * out_vol));
-  ExactSum w_sum(nw, terms * mdy * mx), b_sum(db ? d.cout : 0, terms * mdy);
+  w_sum.reset(nw, terms * mdy * mx);
+  ExactSum b_sum(db ? d.cout : 0, terms * mdy);
   ConvDesc one = d;
   one.n = 1;
   std::vector<float> xt, dyt, dwt(static_cast<size_t>(nw)), dbt(static_cast<size_t>(d.cout));

@@ -43,8 +43,10 @@ void copy_box_out(const float* sample, int64_t channels, const std::array<int64_
 // sample and every tile of the output of every rank of `world`. d is the
 // rank's whole convolution (zero padding: xp is the padded input); tiles
 // are local output boxes. dw and db (may be null) get the global values.
+// `sums` is the layer's, kept between steps so that its 16 bytes per
+// weight are not allocated again each time.
 void exact_conv_weight_grad(Backend& backend, const Comm& world, const ConvDesc& d, const float* xp,
-                            const float* dy, const std::vector<Box>& tiles, float* dw, float* db);
+                            const float* dy, const std::vector<Box>& tiles, ExactSum& sums, float* dw, float* db);
 
 // sums.add(c, sum of f(i) over the cells i of the tile) for each sample,
 // tile and channel c of an [n, channels, ext] tensor; f gets the flat index

@@ -109,7 +109,9 @@ void Linear::backward_deterministic(StepContext& ctx, const Tensor& x, const Ten
   const double samples = double(replicas.allreduce_sum(n));
   const double mdy = global_max_abs(world, dy.data(), dy.numel());
   const double mx = global_max_abs(world, x.data(), x.numel());
-  ExactSum dw(out_ * f, samples * mdy * mx), db(out_, samples * mdy);
+  ExactSum& dw = dw_sum_;
+  dw.reset(out_ * f, samples * mdy * mx);
+  ExactSum db(out_, samples * mdy);
   std::vector<double> products(static_cast<size_t>(out_ * f));  // exact: float x float
   for (int64_t s = 0; s < n; ++s) {
     for (int64_t o = 0; o < out_; ++o) {

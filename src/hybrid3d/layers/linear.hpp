@@ -14,6 +14,7 @@
 // tile at a time; the tiles' partial products, and dW and db over the
 // samples, are added exactly (layers/deterministic.hpp).
 #pragma once
+#include "hybrid3d/dist/exact_sum.hpp"
 #include "hybrid3d/layers/layer.hpp"
 
 namespace h3d {
@@ -39,6 +40,7 @@ class Linear : public Layer {
   };
   bool deterministic_ = false;
   std::vector<Piece> pieces_;
+  ExactSum dw_sum_;  // kept: its 16-byte sums of every weight are not reallocated per step
   int64_t in_, out_;
   Param weight_, bias_;
   bool spatial_ = false;
