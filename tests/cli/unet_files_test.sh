@@ -1,7 +1,7 @@
 #!/bin/bash
 # unet3d from HDF5 files in the LiTS layout ('volume' float32, 'segmentation'
 # uint8, one case per file): the same losses on 1 rank, 2x2x2 and 2 groups x
-# 1x2x1, with an intensity window; and every bad-file case named before the
+# 1x2x1, with an intensity window (bitwise with --deterministic); and every bad-file case named before the
 # first step on 2 ranks.
 source "$(dirname "$0")/setup.sh"
 "$PY" - "$WORK" <<'PYEOF'
@@ -57,6 +57,17 @@ for cfg in "8 2x2x2" "4 1x2x1"; do
 done
 pass "LiTS-layout files: 1 rank, 2x2x2, 2 groups x 1x2x1 print the same losses and Dice ($ref)"
 
+# --deterministic on the same files, validation included: bitwise the 1-rank weights and printed numbers.
+det=$("$BIN" $T --deterministic --save "$WORK/det1.st")
+for cfg in "8 2x2x2" "4 1x2x1"; do
+  set -- $cfg
+  got=$($MPI -np "$1" "$BIN" $T --deterministic --spatial "$2" --save "$WORK/det$1.st")
+  cmp -s "$WORK/det1.st" "$WORK/det$1.st" || { echo "FAIL --deterministic $2 on $1 ranks: other weights"; exit 1; }
+  [ "$(numbers <<<"$det")" = "$(numbers <<<"$got")" ] ||
+    { echo "FAIL --deterministic $2 on $1 ranks: '$(numbers <<<"$got")' vs '$(numbers <<<"$det")'"; exit 1; }
+done
+pass "LiTS-layout files with --deterministic: 2x2x2 and 2 groups x 1x2x1 give the 1-rank weights and numbers bitwise"
+
 set +e
 msg=$(timeout 60 $MPI -np 2 "$BIN" ${T/$WORK\/cases/$WORK/bad} 2>&1)
 code=$?
@@ -102,4 +113,4 @@ for cfg in "8 2x2x2" "4 1x2x1"; do
     { echo "FAIL augmented $2 on $1 ranks: '$got' vs 1 rank '$ref'"; exit 1; }
 done
 pass "random crops and flips of 24x20x28 cases: the same losses on 1 rank, 2x2x2, 2 groups x 1x2x1 ($ref)"
-finish 3
+finish 4
