@@ -22,12 +22,9 @@ ConvDesc sub_convolution(const ConvDesc& d, const Box& region, std::array<int64_
   return s;
 }
 
-namespace {
-
-// Copies the [n, c] x box (origin, extents e) between a dense [n, c, full]
-// tensor and a dense [n, c, e] one.
 void copy_region(const float* src, float* dst, int64_t nc, const std::array<int64_t, 3>& full,
                  const std::array<int64_t, 3>& origin, const std::array<int64_t, 3>& e, bool into_full) {
+#pragma omp parallel for schedule(static)
   for (int64_t q = 0; q < nc; ++q)
     for (int64_t z = 0; z < e[0]; ++z)
       for (int64_t y = 0; y < e[1]; ++y) {
@@ -39,8 +36,6 @@ void copy_region(const float* src, float* dst, int64_t nc, const std::array<int6
           std::copy_n(src + f, e[2], dst + c);
       }
 }
-
-}  // namespace
 
 void Backend::conv3d_forward_region(const ConvDesc& d, const float* x, const float* w, const float* b, float* y,
                                     const Box& region) {

@@ -26,6 +26,10 @@ struct ConvDesc {
 // indices) of d: its input extents, the padding that falls inside it, and
 // `in_origin`, the first input index it reads in each dimension.
 ConvDesc sub_convolution(const ConvDesc& d, const Box& region, std::array<int64_t, 3>& in_origin);
+// Copies the [nc] x box (origin, extents e) between a dense [nc, full]
+// tensor and a dense [nc, e] one: out of the full one, or into it.
+void copy_region(const float* src, float* dst, int64_t nc, const std::array<int64_t, 3>& full,
+                 const std::array<int64_t, 3>& origin, const std::array<int64_t, 3>& e, bool into_full);
 
 enum class PoolKind { kMax, kAvg };
 // Average pooling divides by the full window volume (padding counts, as

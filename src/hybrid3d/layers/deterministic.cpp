@@ -51,18 +51,6 @@ std::vector<Box> local_tiles(const ActShape& s, int spatial_rank) {
   return out;
 }
 
-void copy_box_out(const float* sample, int64_t channels, const std::array<int64_t, 3>& ext, const Box& b,
-                  float* out) {
-  const auto e = b.extents();
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < channels; ++c)
-    for (int64_t z = 0; z < e[0]; ++z)
-      for (int64_t y = 0; y < e[1]; ++y) {
-        const float* from = sample + ((c * ext[0] + b.r[0].lo + z) * ext[1] + b.r[1].lo + y) * ext[2] + b.r[2].lo;
-        std::copy_n(from, e[2], out + ((c * e[0] + z) * e[1] + y) * e[2]);
-      }
-}
-
 void exact_conv_weight_grad(Backend& backend, const Comm& world, const ConvDesc& d, const float* xp,
                             const float* dy, const std::vector<Box>& tiles, ExactSum& w_sum, float* dw,
                             float* db) {
@@ -81,12 +69,11 @@ void exact_conv_weight_grad(Backend& backend, const Comm& world, const ConvDesc&
     for (const Box& t : tiles) {
       std::array<int64_t, 3> origin{};
       const ConvDesc sub = sub_convolution(one, t, origin);
-      Box window;
-      for (int i = 0; i < 3; ++i) window.r[size_t(i)] = {origin[size_t(i)], origin[size_t(i)] + sub.in[size_t(i)]};
-      xt.resize(size_t(d.cin * window.volume()));
+      xt.resize(size_t(d.cin * sub.in[0] * sub.in[1] * sub.in[2]));
       dyt.resize(size_t(d.cout * t.volume()));
-      copy_box_out(xp + s * d.cin * in_vol, d.cin, d.in, window, xt.data());
-      copy_box_out(dy + s * d.cout * out_vol, d.cout, d.out, t, dyt.data());
+      copy_region(xp + s * d.cin * in_vol, xt.data(), d.cin, d.in, origin, sub.in, false);
+      copy_region(dy + s * d.cout * out_vol, dyt.data(), d.cout, d.out, {t.r[0].lo, t.r[1].lo, t.r[2].lo},
+                  t.extents(), false);
       backend.conv3d_backward_weights(sub, xt.data(), dyt.data(), dwt.data(), db ? dbt.data() : nullptr);
       w_sum.add_all(dwt.data());
       if (db) b_sum.add_all(dbt.data());

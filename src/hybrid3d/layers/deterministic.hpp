@@ -35,18 +35,14 @@ void require_blocks_on_tiles(const ActShape& s, const std::string& layer);
 // The tiles inside this rank's block, in local (block) coordinates.
 std::vector<Box> local_tiles(const ActShape& s, int spatial_rank);
 
-// Copies box b (local coordinates) of one [C, ext] sample into out [C, b].
-void copy_box_out(const float* sample, int64_t channels, const std::array<int64_t, 3>& ext, const Box& b,
-                  float* out);
-
 // A convolution's weight (and bias) gradient, exactly summed over every
 // sample and every tile of the output of every rank of `world`. d is the
 // rank's whole convolution (zero padding: xp is the padded input); tiles
 // are local output boxes. dw and db (may be null) get the global values.
-// `sums` is the layer's, kept between steps so that its 16 bytes per
+// `w_sum` is the layer's, kept between steps so that its 16 bytes per
 // weight are not allocated again each time.
 void exact_conv_weight_grad(Backend& backend, const Comm& world, const ConvDesc& d, const float* xp,
-                            const float* dy, const std::vector<Box>& tiles, ExactSum& sums, float* dw, float* db);
+                            const float* dy, const std::vector<Box>& tiles, ExactSum& w_sum, float* dw, float* db);
 
 // sums.add(c, sum of f(i) over the cells i of the tile) for each sample,
 // tile and channel c of an [n, channels, ext] tensor; f gets the flat index
