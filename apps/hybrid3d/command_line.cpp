@@ -168,24 +168,45 @@ CommandLine::CommandLine() {
   prep_->add_flag("--quiet", preprocess.quiet, "no progress output");
 
   predict.model.model = "unet3d";
-  pred_ = app_.add_subcommand("predict", "segment a whole volume with overlapping sliding windows (each "
-                                             "window split over the ranks as in training)");
+  pred_ = app_.add_subcommand("predict", "segment a whole volume with overlapping sliding windows (unet3d), or "
+                                             "predict the parameters of every sample of a dataset as CSV "
+                                             "(cosmoflow, cosmoflow-lbann); each sample split over the ranks as "
+                                             "in training");
   pred_->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   pred_->add_option("--init", predict.init, "trained weights (safetensors, from train --save)")->required();
-  pred_->add_option("--input", predict.input, "the case: HDF5 with 'volume' (and optionally 'segmentation' for Dice)")
+  pred_->add_option("--model", predict.model.model, "unet3d | cosmoflow | cosmoflow-lbann")->capture_default_str();
+  pred_->add_option("--out", predict.out,
+                    "unet3d: NAME.h5 ('segmentation' uint8, and 'probabilities') or NAME.nii[.gz]; regression: "
+                    "NAME.csv per sample, and NAME.universes.csv per source universe for preprocess output")
       ->required();
-  pred_->add_option("--out", predict.out, "output HDF5: 'segmentation' uint8 (and 'probabilities')")->required();
-  pred_->add_option("--model", predict.model.model, "unet3d")->capture_default_str();
-  pred_->add_option("--input-size", predict.model.input_size, "window side (the training --input-size)")
+  pred_->add_option("--input-size", predict.model.input_size,
+                    "unet3d: window side (the training --input-size); regression: the samples' side")
       ->capture_default_str();
-  pred_->add_option("--classes", predict.model.classes, "as in training")->capture_default_str();
-  pred_->add_option("--base-channels", predict.model.base_channels, "as in training")->capture_default_str();
-  pred_->add_option("--levels", predict.model.levels, "as in training")->capture_default_str();
-  pred_->add_option("--in-channels", predict.model.in_channels, "as in training (default 1)");
-  pred_->add_option("--overlap", predict.overlap, "fraction of a window shared with the next one")->capture_default_str();
-  pred_->add_flag("--probabilities", predict.probabilities, "also write the class probabilities");
-  pred_->add_option("--intensity-window", predict.intensity_window, "as in training: LO,HI clips and scales to [0, 1]");
-  pred_->add_option("--spatial", pred_spatial_, "spatial split DxHxW of each window; ranks / (D*H*W) windows at a time")
+  pred_->add_option("--in-channels", predict.model.in_channels, "as in training (default: 1 unet3d, 4 cosmoflow)");
+  pred_->add_option("--seed", predict.model.seed, "as in training")->capture_default_str();
+  // Segmentation.
+  pred_->add_option("--input", predict.input,
+                    "unet3d: the case, HDF5 with 'volume' (and 'segmentation' for Dice) or NIfTI");
+  pred_->add_option("--classes", predict.model.classes, "unet3d: as in training")->capture_default_str();
+  pred_->add_option("--base-channels", predict.model.base_channels, "unet3d: as in training")->capture_default_str();
+  pred_->add_option("--levels", predict.model.levels, "unet3d: as in training")->capture_default_str();
+  pred_->add_option("--overlap", predict.overlap, "unet3d: fraction of a window shared with the next one")
+      ->capture_default_str();
+  pred_->add_flag("--probabilities", predict.probabilities, "unet3d: also write the class probabilities");
+  pred_->add_option("--intensity-window", predict.intensity_window,
+                    "unet3d: as in training, LO,HI clips and scales to [0, 1]");
+  // Regression.
+  pred_->add_option("--data", predict.data, "regression: a directory or glob of CosmoFlow HDF5 files");
+  pred_->add_option("--batch-size", predict.batch_size,
+                    "regression: samples per mini-batch over all data groups (default: one per group)");
+  pred_->add_option("--kernel-size", predict.model.kernel_size, "cosmoflow: as in training")->capture_default_str();
+  pred_->add_flag("--batchnorm", predict.model.batchnorm, "cosmoflow: as in training");
+  pred_->add_option("--transform", predict.transform, "regression: as in training, log1p | none")
+      ->capture_default_str();
+  pred_->add_option("--read-mode", predict.read_mode, "regression: independent | collective | naive, as in training")
+      ->capture_default_str();
+  pred_->add_option("--spatial", pred_spatial_,
+                    "spatial split DxHxW of each window or sample; ranks / (D*H*W) at a time")
       ->capture_default_str();
   pred_->add_option("--threads", pred_threads_, "threads per rank (default as for train)");
   pred_->add_option("--backend", predict.backend, "cpu | ref")->capture_default_str();

@@ -20,6 +20,7 @@
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/dist/comm.hpp"
 #include "hybrid3d/train/checkpoint.hpp"
+#include "hybrid3d/train/regression_predictor.hpp"
 #include "hybrid3d/train/stop_signal.hpp"
 
 namespace {
@@ -110,7 +111,10 @@ int main(int argc, char** argv) {
       else
         code = run_tool(world, [&] {
           set_threads(world, cli.threads);
-          h3d::predict_volume(world, cli.predict);
+          if (h3d::is_segmentation(cli.predict.model))
+            h3d::predict_volume(world, cli.predict);
+          else
+            h3d::predict_regression(world, cli.predict);
         });
       MPI_Finalize();
       return code;

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -34,6 +35,14 @@ void create_output_dir(const Comm& comm, const std::string& path, const char* fl
   if (comm.rank() == 0) std::snprintf(error, sizeof error, "%s", make_directories(path).c_str());
   comm.bcast(error, sizeof error, 0);
   H3D_USAGE_CHECK(error[0] == 0, flag << ": " << error);
+}
+
+void require_writable_parent(const char* flag, const std::string& path) {
+  if (path.empty()) return;
+  const auto slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, std::max<size_t>(slash, 1));
+  H3D_USAGE_CHECK(::access(dir.c_str(), W_OK) == 0,
+                  flag << " '" << path << "': directory '" << dir << "' does not exist or is not writable");
 }
 
 }  // namespace h3d

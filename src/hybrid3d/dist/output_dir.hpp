@@ -13,4 +13,9 @@ namespace h3d {
 // naming `flag` and `path`, if the directory cannot be made or written.
 void create_output_dir(const Comm& comm, const std::string& path, const char* flag);
 
+// An output file's directory must exist and be writable, checked before
+// the work that would fill it: UsageError naming `flag` and `path`
+// otherwise. Nothing for an empty path (the output is off).
+void require_writable_parent(const char* flag, const std::string& path);
+
 }  // namespace h3d

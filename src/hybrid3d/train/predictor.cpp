@@ -16,6 +16,7 @@
 #include "hybrid3d/data/hdf5_util.hpp"
 #include "hybrid3d/data/nifti_io.hpp"
 #include "hybrid3d/data/nifti_segmentation.hpp"
+#include "hybrid3d/dist/output_dir.hpp"
 #include "hybrid3d/dist/process_grid.hpp"
 #include "hybrid3d/train/network_weights.hpp"
 #include "hybrid3d/train/seg_loss.hpp"
@@ -93,15 +94,11 @@ Case open_case(const Comm& comm, const PredictOptions& o, int64_t classes) {
 }  // namespace
 
 void predict_volume(const Comm& world, const PredictOptions& o) {
-  H3D_USAGE_CHECK(is_segmentation(o.model), "predict needs a segmentation model (--model unet3d)");
+  H3D_USAGE_CHECK(is_segmentation(o.model), "predict_volume needs a segmentation model (--model unet3d)");
+  H3D_USAGE_CHECK(o.data.empty(), "--data is for regression models; give the case to segment as --input");
   H3D_USAGE_CHECK(!o.init.empty() && !o.input.empty() && !o.out.empty(), "predict needs --init, --input and --out");
   H3D_USAGE_CHECK(o.overlap >= 0 && o.overlap < 1, "--overlap " << o.overlap << " must be in [0, 1)");
-  {
-    const auto slash = o.out.find_last_of('/');
-    const std::string dir = slash == std::string::npos ? "." : o.out.substr(0, std::max<size_t>(slash, 1));
-    H3D_USAGE_CHECK(access(dir.c_str(), W_OK) == 0, "--out '" << o.out << "': directory '" << dir
-                                                               << "' does not exist or is not writable");
-  }
+  require_writable_parent("--out", o.out);
   ProcessGrid grid(world, o.spatial);
   auto backend = make_backend(o.backend);
   Network net = build_model(o.model);

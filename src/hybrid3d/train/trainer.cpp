@@ -64,14 +64,6 @@ std::shared_ptr<SampleSource> open_source(const std::string& spec, const TrainOp
   return kept;
 }
 
-void require_writable_dir(const char* flag, const std::string& path) {
-  if (path.empty()) return;
-  auto slash = path.find_last_of('/');
-  std::string dir = slash == std::string::npos ? "." : path.substr(0, std::max<size_t>(slash, 1));
-  H3D_USAGE_CHECK(access(dir.c_str(), W_OK) == 0,
-                  flag << " '" << path << "': directory '" << dir << "' does not exist or is not writable");
-}
-
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -153,9 +145,9 @@ Trainer::Trainer(const Comm& world, TrainOptions o) : o_(std::move(o)) {
   o_.schedule.total_steps = total_steps_;
   o_.schedule.validate();
   // Refuse an unwritable destination now rather than after training.
-  require_writable_dir("--save", o_.save);
-  require_writable_dir("--profile", o_.profile);
-  require_writable_dir("--metrics", o_.metrics);
+  require_writable_parent("--save", o_.save);
+  require_writable_parent("--profile", o_.profile);
+  require_writable_parent("--metrics", o_.metrics);
   H3D_USAGE_CHECK(o_.checkpoint_every >= 0 && o_.checkpoint_minutes >= 0 && o_.stop_after >= 0 && o_.keep >= 1,
                   "--checkpoint-every, --checkpoint-minutes and --stop-after must not be negative, --keep at least 1");
   H3D_USAGE_CHECK(!o_.checkpoint_dir.empty() || (o_.checkpoint_every == 0 && o_.checkpoint_minutes == 0 &&
