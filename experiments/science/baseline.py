@@ -116,7 +116,7 @@ def run(train, val, test, sizes, alphas=(1e-4, 1e-3, 1e-2, 1e-1, 1.0)):
         _, alpha, m = best
         yt = np.stack([par for _, par in te])
         pred = per_universe(m, [f for f, _ in te])
-        results[s] = {"alpha": alpha, "val_mse": best[0], "true": yt.tolist(), "pred": pred.tolist(),
+        results[s] = {"alpha": alpha, "names": [os.path.basename(p) for p in test], "val_mse": best[0], "true": yt.tolist(), "pred": pred.tolist(),
                       "features": int(x.shape[1]), "train_pieces": int(len(x))}
     return results
 
