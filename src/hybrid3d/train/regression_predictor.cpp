@@ -149,10 +149,10 @@ std::string universes_csv_path(const std::string& out) {
 
 void predict_regression(const Comm& world, const PredictOptions& o) {
   H3D_USAGE_CHECK(!is_segmentation(o.model), "predict_regression needs a regression model");
+  H3D_USAGE_CHECK(o.input.empty(), "--input is for segmentation models; give a regression dataset as --data");
   H3D_USAGE_CHECK(!o.init.empty() && !o.data.empty() && !o.out.empty(),
                   "predict --model " << o.model.model << " needs --init, --data (a directory or glob of CosmoFlow "
                                      << "HDF5 files) and --out (a CSV file)");
-  H3D_USAGE_CHECK(o.input.empty(), "--input is for segmentation models; give a regression dataset as --data");
   H3D_USAGE_CHECK(o.batch_size >= 0, "--batch-size must not be negative");
   require_writable_parent("--out", o.out);
   ProcessGrid grid(world, o.spatial);
