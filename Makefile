@@ -9,7 +9,7 @@ SPATIAL ?= 2x1x1
 export OMPI_ALLOW_RUN_AS_ROOT=1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-.PHONY: deps build train test sanitize fuzz check bench clean
+.PHONY: deps build train test sanitize fuzz check bench science clean
 
 deps:
 	@bash tools/install_deps.sh
@@ -53,6 +53,16 @@ check: test sanitize fuzz
 
 bench: build
 	/usr/bin/python3 bench/performance.py --build $(BUILD)
+
+# The science experiment (docs/science.md): whole 128^3 universes against
+# 64^3 and 32^3 sub-volumes, with a power-spectrum baseline and a PyTorch
+# parity check; about 1 h 45 min on 2 cores. Steps already done under
+# $(BUILD)/science are kept (a rerun continues). SCIENCE_CONFIG picks
+# another configuration (experiments/science/cluster.toml on a cluster).
+SCIENCE_CONFIG ?= experiments/science/local.toml
+science: build
+	/usr/bin/python3 experiments/science/run.py --config $(SCIENCE_CONFIG) --work $(BUILD)/science \
+	  --binary $(BUILD)/bin/hybrid3d
 
 clean:
 	rm -rf $(BUILD)
