@@ -207,14 +207,13 @@ def figures(res, runs, cfg, out):
     fig.savefig(os.path.join(out, "pred_vs_true.png"), dpi=80)
     plt.close(fig)
     # 3. Training and validation curves of every run (the chosen one bold).
-    work_runs = os.path.join(os.path.dirname(os.path.abspath(out)), "runs")
     fig, axs = plt.subplots(1, len(arms), figsize=(5 * len(arms), 3.4), squeeze=False)
     for ax, a in zip(axs[0], arms):
         for r in runs:
             if r["arm"] != a["name"]:
                 continue
             name = f"{r['arm']}_lr{r['lr']:g}_seed{r['seed']}"
-            d = r.get("dir") or os.path.join(work_runs, name)
+            d = r["dir"]
             if not os.path.exists(os.path.join(d, "metrics.jsonl")):
                 continue
             tr, va = curves(d)

@@ -131,7 +131,7 @@ class Experiment:
         d = os.path.join(self.work, "runs", name)
         done = os.path.join(d, "run.json")
         if os.path.exists(done):
-            return json.load(open(done))
+            return dict(json.load(open(done)), dir=d)
         os.makedirs(d, exist_ok=True)
         s = arm["side"]
         log(f"train arm {arm['name']} ({s}^3, batch {self.batch(arm)}, {arm['spatial']}) lr {lr:g} seed {seed}")
@@ -158,7 +158,7 @@ class Experiment:
             out[split] = report.read_predictions(csv, s != self.size)
         json.dump(out, open(done + ".tmp", "w"))
         os.replace(done + ".tmp", done)
-        return out
+        return dict(out, dir=d)
 
     def train_all(self):
         runs = []
