@@ -163,7 +163,7 @@ class Experiment:
     def train_all(self):
         runs = []
         for arm in self.cfg["arm"]:
-            for lr in self.cfg["train"]["lrs"]:
+            for lr in arm.get("lrs", self.cfg["train"]["lrs"]):
                 for seed in self.cfg["train"]["seeds"]:
                     runs.append(self.train_run(arm, lr, seed))
         return runs
