@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "hybrid3d/data/hdf5_source.hpp"
-#include "hybrid3d/dist/distribution.hpp"
-#include "hybrid3d/dist/process_grid.hpp"
+#include "hybrid3d/parallel/distribution.hpp"
+#include "hybrid3d/parallel/process_grid.hpp"
 
 int main(int argc, char** argv) {
   h3d::mpi_init(&argc, &argv);

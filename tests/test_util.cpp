@@ -5,7 +5,7 @@
 #include <stdexcept>
 
 #include "hybrid3d/core/rng.hpp"
-#include "hybrid3d/dist/box_copy.hpp"
+#include "hybrid3d/parallel/box_copy.hpp"
 
 namespace h3d::test {
 

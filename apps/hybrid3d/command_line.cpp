@@ -6,7 +6,7 @@
 
 #include "config_file.hpp"
 #include "hybrid3d/core/error.hpp"
-#include "hybrid3d/dist/process_grid.hpp"
+#include "hybrid3d/parallel/process_grid.hpp"
 
 namespace h3d {
 

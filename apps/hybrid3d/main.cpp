@@ -18,7 +18,7 @@
 
 #include "command_line.hpp"
 #include "hybrid3d/core/error.hpp"
-#include "hybrid3d/dist/comm.hpp"
+#include "hybrid3d/parallel/comm.hpp"
 #include "hybrid3d/train/checkpoint.hpp"
 #include "hybrid3d/train/regression_predictor.hpp"
 #include "hybrid3d/train/stop_signal.hpp"

@@ -13,8 +13,8 @@
 #include "hybrid3d/data/hdf5_source.hpp"
 #include "hybrid3d/data/preprocess.hpp"
 #include "hybrid3d/data/universe_writer.hpp"
-#include "hybrid3d/dist/distribution.hpp"
-#include "hybrid3d/dist/process_grid.hpp"
+#include "hybrid3d/parallel/distribution.hpp"
+#include "hybrid3d/parallel/process_grid.hpp"
 #include "layouts.hpp"
 
 using namespace h3d;

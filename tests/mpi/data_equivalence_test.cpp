@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 
 #include "hybrid3d/data/synthetic_universe.hpp"
-#include "hybrid3d/dist/distribution.hpp"
-#include "hybrid3d/dist/process_grid.hpp"
+#include "hybrid3d/parallel/distribution.hpp"
+#include "hybrid3d/parallel/process_grid.hpp"
 #include "layouts.hpp"
 
 using namespace h3d;

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "hybrid3d/core/tensor.hpp"
-#include "hybrid3d/dist/comm.hpp"
+#include "hybrid3d/parallel/comm.hpp"
 
 namespace h3d::test {
 

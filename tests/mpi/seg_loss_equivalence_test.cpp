@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "hybrid3d/core/rng.hpp"
-#include "hybrid3d/dist/distribution.hpp"
-#include "hybrid3d/dist/process_grid.hpp"
+#include "hybrid3d/parallel/distribution.hpp"
+#include "hybrid3d/parallel/process_grid.hpp"
 #include "hybrid3d/train/seg_loss.hpp"
 #include "layouts.hpp"
 #include "test_util.hpp"

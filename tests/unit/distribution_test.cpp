@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "hybrid3d/core/error.hpp"
-#include "hybrid3d/dist/distribution.hpp"
+#include "hybrid3d/parallel/distribution.hpp"
 #include "hybrid3d/layers/window_layer.hpp"
 
 using namespace h3d;

@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
-#include "hybrid3d/dist/comm.hpp"
+#include "hybrid3d/parallel/comm.hpp"
 
 int main(int argc, char** argv) {
   h3d::mpi_init(&argc, &argv);

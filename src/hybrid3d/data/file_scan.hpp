@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "hybrid3d/dist/comm.hpp"
+#include "hybrid3d/parallel/comm.hpp"
 
 namespace h3d {
 

@@ -11,7 +11,7 @@
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/data/file_scan.hpp"
 #include "hybrid3d/data/hdf5_util.hpp"
-#include "hybrid3d/dist/box_copy.hpp"
+#include "hybrid3d/parallel/box_copy.hpp"
 
 namespace h3d {
 

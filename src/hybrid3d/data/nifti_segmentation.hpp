@@ -20,7 +20,7 @@
 
 #include "hybrid3d/data/hdf5_segmentation.hpp"
 #include "hybrid3d/data/sample_source.hpp"
-#include "hybrid3d/dist/comm.hpp"
+#include "hybrid3d/parallel/comm.hpp"
 
 namespace h3d {
 

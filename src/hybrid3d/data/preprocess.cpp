@@ -15,7 +15,7 @@
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/data/hdf5_source.hpp"
 #include "hybrid3d/data/hdf5_util.hpp"
-#include "hybrid3d/dist/output_dir.hpp"
+#include "hybrid3d/parallel/output_dir.hpp"
 
 namespace h3d {
 

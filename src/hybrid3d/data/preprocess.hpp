@@ -20,7 +20,7 @@
 #include <cstdint>
 #include <string>
 
-#include "hybrid3d/dist/comm.hpp"
+#include "hybrid3d/parallel/comm.hpp"
 
 namespace h3d {
 

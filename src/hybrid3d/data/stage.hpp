@@ -14,7 +14,7 @@
 #pragma once
 #include <string>
 
-#include "hybrid3d/dist/comm.hpp"
+#include "hybrid3d/parallel/comm.hpp"
 
 namespace h3d {
 

@@ -9,7 +9,7 @@
 
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/core/rng.hpp"
-#include "hybrid3d/dist/comm.hpp"
+#include "hybrid3d/parallel/comm.hpp"
 
 namespace h3d {
 

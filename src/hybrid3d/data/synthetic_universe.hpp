@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "hybrid3d/data/sample_source.hpp"
-#include "hybrid3d/dist/comm.hpp"
+#include "hybrid3d/parallel/comm.hpp"
 
 namespace h3d {
 

@@ -11,7 +11,7 @@
 #include "hybrid3d/data/hdf5_util.hpp"
 #include "hybrid3d/data/synthetic_segmentation.hpp"
 #include "hybrid3d/data/synthetic_universe.hpp"
-#include "hybrid3d/dist/output_dir.hpp"
+#include "hybrid3d/parallel/output_dir.hpp"
 
 namespace h3d {
 

@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "hybrid3d/dist/exact_sum.hpp"
-#include "hybrid3d/dist/halo_exchange.hpp"
+#include "hybrid3d/parallel/exact_sum.hpp"
+#include "hybrid3d/parallel/halo_exchange.hpp"
 #include "hybrid3d/layers/layer.hpp"
 
 namespace h3d {

@@ -16,8 +16,8 @@
 
 #include "hybrid3d/backend/backend.hpp"
 #include "hybrid3d/core/tensor.hpp"
-#include "hybrid3d/dist/distribution.hpp"
-#include "hybrid3d/dist/process_grid.hpp"
+#include "hybrid3d/parallel/distribution.hpp"
+#include "hybrid3d/parallel/process_grid.hpp"
 
 namespace h3d {
 

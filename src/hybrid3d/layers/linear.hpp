@@ -14,7 +14,7 @@
 // tile at a time; the tiles' partial products, and dW and db over the
 // samples, are added exactly (layers/deterministic.hpp).
 #pragma once
-#include "hybrid3d/dist/exact_sum.hpp"
+#include "hybrid3d/parallel/exact_sum.hpp"
 #include "hybrid3d/layers/layer.hpp"
 
 namespace h3d {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "hybrid3d/core/profiler.hpp"
-#include "hybrid3d/dist/halo_exchange.hpp"
+#include "hybrid3d/parallel/halo_exchange.hpp"
 #include "hybrid3d/layers/layer.hpp"
 
 namespace h3d {

@@ -37,8 +37,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "hybrid3d/dist/comm.hpp"
-#include "hybrid3d/dist/process_grid.hpp"
+#include "hybrid3d/parallel/comm.hpp"
+#include "hybrid3d/parallel/process_grid.hpp"
 #include "hybrid3d/layers/layer.hpp"
 
 namespace h3d {

@@ -25,7 +25,7 @@
 #include <array>
 #include <string>
 
-#include "hybrid3d/dist/comm.hpp"
+#include "hybrid3d/parallel/comm.hpp"
 #include "hybrid3d/models/cosmoflow.hpp"
 
 namespace h3d {

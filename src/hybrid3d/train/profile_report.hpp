@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "hybrid3d/dist/process_grid.hpp"
+#include "hybrid3d/parallel/process_grid.hpp"
 
 namespace h3d {
 

@@ -21,7 +21,7 @@
 #pragma once
 #include <string>
 
-#include "hybrid3d/dist/comm.hpp"
+#include "hybrid3d/parallel/comm.hpp"
 #include "hybrid3d/train/predictor.hpp"
 
 namespace h3d {

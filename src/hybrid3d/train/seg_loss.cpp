@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "hybrid3d/core/error.hpp"
-#include "hybrid3d/dist/exact_sum.hpp"
+#include "hybrid3d/parallel/exact_sum.hpp"
 
 namespace h3d {
 

@@ -20,7 +20,7 @@
 #include "hybrid3d/data/stage.hpp"
 #include "hybrid3d/data/synthetic_segmentation.hpp"
 #include "hybrid3d/data/synthetic_universe.hpp"
-#include "hybrid3d/dist/output_dir.hpp"
+#include "hybrid3d/parallel/output_dir.hpp"
 #include "hybrid3d/layers/deterministic.hpp"
 #include "hybrid3d/train/checkpoint.hpp"
 #include "hybrid3d/train/profile_report.hpp"

@@ -3,7 +3,7 @@
 #include <sstream>
 
 #include "hybrid3d/core/error.hpp"
-#include "hybrid3d/dist/process_grid.hpp"
+#include "hybrid3d/parallel/process_grid.hpp"
 
 namespace h3d {
 

@@ -8,7 +8,7 @@
 #include <array>
 #include <string>
 
-#include "hybrid3d/dist/comm.hpp"
+#include "hybrid3d/parallel/comm.hpp"
 
 namespace h3d {
 

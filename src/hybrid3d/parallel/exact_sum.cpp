@@ -1,4 +1,4 @@
-#include "hybrid3d/dist/exact_sum.hpp"
+#include "hybrid3d/parallel/exact_sum.hpp"
 
 #include <cmath>
 #include <algorithm>

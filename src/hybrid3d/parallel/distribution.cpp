@@ -1,4 +1,4 @@
-#include "hybrid3d/dist/distribution.hpp"
+#include "hybrid3d/parallel/distribution.hpp"
 
 #include <sstream>
 

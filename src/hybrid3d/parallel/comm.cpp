@@ -1,4 +1,4 @@
-#include "hybrid3d/dist/comm.hpp"
+#include "hybrid3d/parallel/comm.hpp"
 
 #include <algorithm>
 #include <cstdlib>

@@ -1,4 +1,4 @@
-#include "hybrid3d/dist/process_grid.hpp"
+#include "hybrid3d/parallel/process_grid.hpp"
 
 #include <sstream>
 

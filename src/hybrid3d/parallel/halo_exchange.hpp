@@ -21,8 +21,8 @@
 
 #include "hybrid3d/core/box.hpp"
 #include "hybrid3d/core/tensor.hpp"
-#include "hybrid3d/dist/comm.hpp"
-#include "hybrid3d/dist/distribution.hpp"
+#include "hybrid3d/parallel/comm.hpp"
+#include "hybrid3d/parallel/distribution.hpp"
 
 namespace h3d {
 

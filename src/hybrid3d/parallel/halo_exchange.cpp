@@ -1,11 +1,11 @@
-#include "hybrid3d/dist/halo_exchange.hpp"
+#include "hybrid3d/parallel/halo_exchange.hpp"
 
 #include <algorithm>
 #include <limits>
 
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/core/profiler.hpp"
-#include "hybrid3d/dist/box_copy.hpp"
+#include "hybrid3d/parallel/box_copy.hpp"
 
 namespace h3d {
 

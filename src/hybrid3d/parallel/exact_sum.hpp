@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "hybrid3d/dist/comm.hpp"
+#include "hybrid3d/parallel/comm.hpp"
 
 namespace h3d {
 

@@ -1,4 +1,4 @@
-#include "hybrid3d/dist/box_copy.hpp"
+#include "hybrid3d/parallel/box_copy.hpp"
 
 #include <cstring>
 

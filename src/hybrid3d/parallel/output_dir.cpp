@@ -1,4 +1,4 @@
-#include "hybrid3d/dist/output_dir.hpp"
+#include "hybrid3d/parallel/output_dir.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>
