@@ -44,8 +44,9 @@ sanitize: deps
 	cd $(ASAN_BUILD) && ctest --output-on-failure -R '^(unit|mpi_np2|bad_inputs|checkpoint|disk_full)$$'
 
 fuzz: deps
-	cmake -S fuzz -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DFUZZ_SECONDS=$(FUZZ_SECONDS)
-	cmake --build $(FUZZ_BUILD) -j $(JOBS)
+	cmake -S . -B $(FUZZ_BUILD) -DHYBRID3D_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
+	  -DCMAKE_CXX_COMPILER=clang++ -DFUZZ_SECONDS=$(FUZZ_SECONDS)
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_targets
 	cd $(FUZZ_BUILD) && ctest --output-on-failure
 
 # Everything CI runs.

@@ -4,7 +4,7 @@
 set -e
 PKGS="cmake make g++ pkg-config openmpi-bin libopenmpi-dev libdnnl-dev libhdf5-openmpi-dev libfftw3-dev libfftw3-mpi-dev
       libcli11-dev nlohmann-json3-dev libgtest-dev python3-torch python3-numpy python3-h5py python3-matplotlib libnifti2-dev
-      clang libclang-rt-14-dev"
+      clang libclang-rt-14-dev libomp-14-dev"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -9,7 +9,6 @@
 //    checkpoint: exit 4 (a second signal ends the process at once);
 //  - a checkpoint that cannot be written (a full disk) stops every rank
 //    alike: exit 5, the earlier checkpoints intact.
-#include <mpi.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -36,8 +35,7 @@ void print_error(const std::exception& e, int rank, int size) {
 // Every rank says whether it failed; the lowest failing rank prints. Returns
 // true if any rank failed. Collective: all ranks must reach it.
 bool any_rank_failed(const h3d::Comm& world, const std::exception* local) {
-  int mine = local ? world.rank() : world.size(), lowest = mine;
-  MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, world.raw());
+  const int lowest = world.allreduce_min(local ? world.rank() : world.size());
   if (local && lowest == world.rank()) print_error(*local, world.rank(), world.size());
   return lowest < world.size();
 }
@@ -54,7 +52,7 @@ int run_tool(const h3d::Comm& world, Tool tool) {
     return 2;
   } catch (const std::exception& e) {
     print_error(e, world.rank(), world.size());
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    h3d::mpi_abort(1);
   }
   return 0;
 }
@@ -75,23 +73,23 @@ int main(int argc, char** argv) {
   h3d::mpi_init(&argc, &argv);
   int code = 0;
   {
-    h3d::Comm world = h3d::Comm::borrow(MPI_COMM_WORLD);
+    h3d::Comm world = h3d::Comm::world();
     h3d::CommandLine cli;
     try {
       cli.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
       if (world.rank() == 0) cli.print(e);
-      MPI_Finalize();
+      h3d::mpi_finalize();
       return 0;
     } catch (const CLI::ParseError& e) {
       if (world.rank() == 0) {
         std::fprintf(stderr, "hybrid3d: error: %s (see hybrid3d %s --help)\n", e.what(), argc > 1 ? argv[1] : "");
       }
-      MPI_Finalize();
+      h3d::mpi_finalize();
       return 2;
     } catch (const h3d::UsageError& e) {
       if (world.rank() == 0) print_error(e, 0, 1);
-      MPI_Finalize();
+      h3d::mpi_finalize();
       return 2;
     }
     const std::string command = cli.command();
@@ -116,7 +114,7 @@ int main(int argc, char** argv) {
           else
             h3d::predict_regression(world, cli.predict);
         });
-      MPI_Finalize();
+      h3d::mpi_finalize();
       return code;
     }
 
@@ -132,7 +130,7 @@ int main(int argc, char** argv) {
     }
     if (any_rank_failed(world, failure.get())) {
       trainer.reset();
-      MPI_Finalize();
+      h3d::mpi_finalize();
       return 2;
     }
 
@@ -150,9 +148,9 @@ int main(int argc, char** argv) {
       code = 3;
     } catch (const std::exception& e) {
       print_error(e, world.rank(), world.size());
-      MPI_Abort(MPI_COMM_WORLD, 1);
+      h3d::mpi_abort(1);
     }
   }
-  MPI_Finalize();
+  h3d::mpi_finalize();
   return code;
 }

@@ -41,8 +41,9 @@ std::vector<ScanResult> scan_in_parallel(const Comm& comm, const std::vector<std
     for (size_t k = 0; k < 8; ++k) recs[i].v[k] = r.v[k];
     std::strncpy(recs[i].error, r.error.c_str(), kText - 1);
   }
-  if (comm.size() > 1)
-    H3D_MPI(MPI_Allreduce(MPI_IN_PLACE, recs.data(), int(n * sizeof(Record)), MPI_BYTE, MPI_MAX, comm.raw()));
+  // Each record is filled by one rank and zero on the others: the bytewise
+  // max over ranks is the filled one.
+  comm.allreduce(reinterpret_cast<uint8_t*>(recs.data()), int64_t(n * sizeof(Record)), ReduceOp::kMax);
   std::vector<ScanResult> out(n);
   for (size_t i = 0; i < n; ++i) {
     out[i].error = std::string(recs[i].error, strnlen(recs[i].error, kText));

@@ -185,7 +185,7 @@ void Hdf5Universes::load_naive(const Sample& smp, const Box& box, float* out, fl
   int64_t mine[6];
   for (int d = 0; d < 3; ++d) mine[2 * d] = box.r[size_t(d)].lo, mine[2 * d + 1] = box.r[size_t(d)].hi;
   std::vector<int64_t> boxes(size_t(6 * p));
-  H3D_MPI(MPI_Gather(mine, 6, MPI_INT64_T, boxes.data(), 6, MPI_INT64_T, 0, io_.raw()));
+  io_.gather(mine, 6, boxes.data(), 0);
   std::vector<int> counts(static_cast<size_t>(p)), displs(static_cast<size_t>(p));
   if (me == 0) {
     const Box all{{Range{0, extent_[0]}, Range{0, extent_[1]}, Range{0, extent_[2]}}};
@@ -209,9 +209,8 @@ void Hdf5Universes::load_naive(const Sample& smp, const Box& box, float* out, fl
       pack_box(whole, all, b, send_.data() + displs[size_t(r)]);
     }
   }
-  H3D_MPI(MPI_Scatterv(send_.data(), counts.data(), displs.data(), MPI_FLOAT, out, int(box.volume() * channels_),
-                       MPI_FLOAT, 0, io_.raw()));
-  H3D_MPI(MPI_Bcast(target, kTargets, MPI_FLOAT, 0, io_.raw()));
+  io_.scatterv(send_.data(), counts, displs, out, box.volume() * channels_, 0);
+  io_.bcast(target, kTargets * int64_t(sizeof(float)), 0);
 }
 
 void Hdf5Universes::load(int64_t index, const Box& box, float* out, float* target) {

@@ -201,7 +201,7 @@ void preprocess_universes(const Comm& world, const PreprocessOptions& o) {
   H3D_USAGE_CHECK(!(::stat(o.in.c_str(), &in_st) == 0 && in_st.st_dev == st.st_dev && in_st.st_ino == st.st_ino),
                   "--out '" << o.out << "' is the --in directory; give another one");
   // The scan (collective) names every bad input file before anything is written.
-  Comm self = Comm::borrow(MPI_COMM_SELF);
+  Comm self = Comm::self();
   Hdf5Universes src(world, o.in, InputTransform::kNone, ReadMode::kIndependent, "--in");
   Hdf5Universes reader(self, o.in, InputTransform::kNone, ReadMode::kIndependent, "--in");  // this rank's own, no communication
   const Plan plan = make_plan(src, o);
@@ -230,7 +230,7 @@ void preprocess_universes(const Comm& world, const PreprocessOptions& o) {
       }
     }
     int64_t all[2] = {done[0], done[1]};
-    H3D_MPI(MPI_Allreduce(MPI_IN_PLACE, all, 2, MPI_INT64_T, MPI_SUM, world.raw()));
+    world.allreduce(all, 2, ReduceOp::kSum);
     const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (say && (t - last_print > 2.0 || r + 1 == rounds)) {
       const double left = all[0] > 0 ? t / double(all[0] + all[1]) * double(plan.files - all[0] - all[1]) : 0.0;

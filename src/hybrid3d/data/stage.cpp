@@ -81,8 +81,7 @@ int64_t copy_file(const std::string& src, const struct stat& st, const std::stri
 
 // Every rank learns whether one failed; all throw the lowest failing rank's message.
 void agree_on_failure(const Comm& world, const std::string& error, const std::string& spec) {
-  int mine = error.empty() ? world.size() : world.rank(), lowest = mine;
-  H3D_MPI(MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, world.raw()));
+  const int lowest = world.allreduce_min(error.empty() ? world.size() : world.rank());
   if (lowest == world.size()) return;
   char text[512] = {};
   if (world.rank() == lowest) std::snprintf(text, sizeof text, "%s", error.c_str());
@@ -153,7 +152,7 @@ std::string stage_dataset(const Comm& world, const std::string& spec, const std:
     }
     agree_on_failure(world, error, spec);
     int64_t all[4] = {mine[0], mine[1], mine[2], mine[3]};
-    H3D_MPI(MPI_Allreduce(MPI_IN_PLACE, all, 4, MPI_INT64_T, MPI_SUM, world.raw()));
+    world.allreduce(all, 4, ReduceOp::kSum);
     const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (world.rank() == 0 && !quiet && (t - last_print > 2.0 || r + 1 == rounds)) {
       constexpr double kMiB = 1 << 20;

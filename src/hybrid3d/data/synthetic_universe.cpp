@@ -85,11 +85,6 @@ void init_fftw_mpi() {
   (void)done;
 }
 
-int mpi_count(int64_t n) {
-  H3D_CHECK(n <= std::numeric_limits<int>::max(), "synthetic block of " << n << " values exceeds MPI's int count");
-  return int(n);
-}
-
 // The counts of the slab rows [z0, z0 + nz) (all of H and W) go to the ranks
 // whose boxes they meet; every rank receives its own box. Channels first.
 std::vector<int16_t> slabs_to_blocks(const Comm& group, int64_t n, const std::vector<int16_t>& slab, int64_t z0,
@@ -97,7 +92,7 @@ std::vector<int16_t> slabs_to_blocks(const Comm& group, int64_t n, const std::ve
   const int P = group.size();
   int64_t mine[8] = {box.r[0].lo, box.r[0].hi, box.r[1].lo, box.r[1].hi, box.r[2].lo, box.r[2].hi, z0, nz};
   std::vector<int64_t> all(size_t(8 * P));
-  H3D_MPI(MPI_Allgather(mine, 8, MPI_INT64_T, all.data(), 8, MPI_INT64_T, group.raw()));
+  group.allgather(mine, 8, all.data());
   auto box_of = [&](int q) {
     const int64_t* v = &all[size_t(8 * q)];
     return Box{{Range{v[0], v[1]}, Range{v[2], v[3]}, Range{v[4], v[5]}}};
@@ -130,8 +125,7 @@ std::vector<int16_t> slabs_to_blocks(const Comm& group, int64_t n, const std::ve
     total += rcount[size_t(q)];
   }
   std::vector<int16_t> recvbuf(static_cast<size_t>(total));
-  H3D_MPI(MPI_Alltoallv(sendbuf.data(), scount.data(), sdispl.data(), MPI_INT16_T, recvbuf.data(), rcount.data(),
-                        rdispl.data(), MPI_INT16_T, group.raw()));
+  group.alltoallv(sendbuf.data(), scount, sdispl, recvbuf.data(), rcount, rdispl);
   auto e = box.extents();
   std::vector<int16_t> out(size_t(4 * box.volume()));
   for (int q = 0; q < P; ++q) {

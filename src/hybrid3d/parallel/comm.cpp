@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 #include <limits>
 
@@ -27,6 +28,19 @@ int mpi_init(int* argc, char*** argv) {
   int provided = MPI_THREAD_SINGLE;
   MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
   return provided;
+}
+
+void mpi_finalize() { MPI_Finalize(); }
+
+void mpi_abort(int code) {
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::abort();  // MPI_Abort does not return; this tells the compiler so
+}
+
+int mpi_count(int64_t n) {
+  H3D_CHECK(n >= 0 && n <= std::numeric_limits<int>::max(),
+            "an MPI message of " << n << " values exceeds MPI's int count");
+  return static_cast<int>(n);
 }
 
 bool mpi_thread_multiple() {
@@ -116,6 +130,144 @@ void Comm::bcast(void* data, int64_t bytes, int root) const {
     H3D_MPI(MPI_Bcast(static_cast<char*>(data) + off, static_cast<int>(std::min(kPiece, bytes - off)), MPI_BYTE, root,
                       comm_));
 }
+
+namespace {
+
+template <typename T>
+MPI_Datatype mpi_type();
+template <>
+MPI_Datatype mpi_type<int16_t>() { return MPI_INT16_T; }
+template <>
+MPI_Datatype mpi_type<int>() { return MPI_INT; }
+template <>
+MPI_Datatype mpi_type<int64_t>() { return MPI_INT64_T; }
+template <>
+MPI_Datatype mpi_type<uint8_t>() { return MPI_UINT8_T; }
+template <>
+MPI_Datatype mpi_type<float>() { return MPI_FLOAT; }
+template <>
+MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return MPI_SUM;
+    case ReduceOp::kMin: return MPI_MIN;
+    case ReduceOp::kMax: return MPI_MAX;
+  }
+  return MPI_SUM;
+}
+
+void add_int128(void* in, void* inout, int* len, MPI_Datatype*) {
+  auto* a = static_cast<const unsigned char*>(in);
+  auto* b = static_cast<unsigned char*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    __int128 x, y;
+    std::memcpy(&x, a + 16 * i, 16);  // MPI's buffers need not be 16-aligned
+    std::memcpy(&y, b + 16 * i, 16);
+    y += x;
+    std::memcpy(b + 16 * i, &y, 16);
+  }
+}
+
+// The 128-bit integer type and its sum, made once (after MPI_Init) on first use.
+struct Int128Mpi {
+  MPI_Datatype type;
+  MPI_Op op;
+  Int128Mpi() {
+    H3D_MPI(MPI_Type_contiguous(2, MPI_INT64_T, &type));
+    H3D_MPI(MPI_Type_commit(&type));
+    H3D_MPI(MPI_Op_create(&add_int128, /*commute=*/1, &op));
+  }
+};
+
+}  // namespace
+
+template <typename T>
+void Comm::allreduce(T* data, int64_t n, ReduceOp op) const {
+  if (size_ > 1 && n > 0) H3D_MPI(MPI_Allreduce(MPI_IN_PLACE, data, mpi_count(n), mpi_type<T>(), mpi_op(op), comm_));
+}
+
+int Comm::allreduce_min(int v) const {
+  allreduce(&v, 1, ReduceOp::kMin);
+  return v;
+}
+
+void Comm::allreduce_sum_int128(__int128* data, int64_t n) const {
+  if (size_ == 1 || n == 0) return;
+  static const Int128Mpi m;
+  const int64_t chunk = std::numeric_limits<int>::max() / 32;
+  for (int64_t off = 0; off < n; off += chunk)
+    H3D_MPI(MPI_Allreduce(MPI_IN_PLACE, data + off, static_cast<int>(std::min(chunk, n - off)), m.type, m.op, comm_));
+}
+
+template <typename T>
+void Comm::gather(const T* mine, int64_t n, T* all, int root) const {
+  H3D_MPI(MPI_Gather(mine, mpi_count(n), mpi_type<T>(), all, mpi_count(n), mpi_type<T>(), root, comm_));
+}
+
+template <typename T>
+void Comm::gatherv(const T* mine, int64_t n, T* all, const std::vector<int>& counts, const std::vector<int>& displs,
+                   int root) const {
+  H3D_MPI(MPI_Gatherv(mine, mpi_count(n), mpi_type<T>(), all, counts.data(), displs.data(), mpi_type<T>(), root,
+                      comm_));
+}
+
+template <typename T>
+void Comm::allgather(const T* mine, int64_t n, T* all) const {
+  H3D_MPI(MPI_Allgather(mine, mpi_count(n), mpi_type<T>(), all, mpi_count(n), mpi_type<T>(), comm_));
+}
+
+template <typename T>
+void Comm::scatterv(const T* send, const std::vector<int>& counts, const std::vector<int>& displs, T* out, int64_t n,
+                    int root) const {
+  H3D_MPI(MPI_Scatterv(send, counts.data(), displs.data(), mpi_type<T>(), out, mpi_count(n), mpi_type<T>(), root,
+                       comm_));
+}
+
+template <typename T>
+void Comm::alltoallv(const T* send, const std::vector<int>& send_counts, const std::vector<int>& send_displs, T* recv,
+                     const std::vector<int>& recv_counts, const std::vector<int>& recv_displs) const {
+  H3D_MPI(MPI_Alltoallv(send, send_counts.data(), send_displs.data(), mpi_type<T>(), recv, recv_counts.data(),
+                        recv_displs.data(), mpi_type<T>(), comm_));
+}
+
+void Comm::irecv(float* buf, int64_t n, int peer, int tag, Requests& reqs) const {
+  reqs.reqs_.emplace_back();
+  H3D_MPI(MPI_Irecv(buf, mpi_count(n), MPI_FLOAT, peer, tag, comm_, &reqs.reqs_.back()));
+}
+
+void Comm::isend(const float* buf, int64_t n, int peer, int tag, Requests& reqs) const {
+  reqs.reqs_.emplace_back();
+  H3D_MPI(MPI_Isend(buf, mpi_count(n), MPI_FLOAT, peer, tag, comm_, &reqs.reqs_.back()));
+}
+
+void Requests::wait_all() {
+  if (!reqs_.empty()) H3D_MPI(MPI_Waitall(static_cast<int>(reqs_.size()), reqs_.data(), MPI_STATUSES_IGNORE));
+  reqs_.clear();
+}
+
+Requests::~Requests() {
+  // Never leave MPI writing into freed buffers; errors cannot be thrown here.
+  if (!reqs_.empty()) MPI_Waitall(static_cast<int>(reqs_.size()), reqs_.data(), MPI_STATUSES_IGNORE);
+}
+
+#define H3D_COMM_TYPED(T)                                                                                           \
+  template void Comm::allreduce<T>(T*, int64_t, ReduceOp) const;                                                   \
+  template void Comm::gather<T>(const T*, int64_t, T*, int) const;                                                 \
+  template void Comm::gatherv<T>(const T*, int64_t, T*, const std::vector<int>&, const std::vector<int>&, int)     \
+      const;                                                                                                        \
+  template void Comm::allgather<T>(const T*, int64_t, T*) const;                                                   \
+  template void Comm::scatterv<T>(const T*, const std::vector<int>&, const std::vector<int>&, T*, int64_t, int)    \
+      const;                                                                                                        \
+  template void Comm::alltoallv<T>(const T*, const std::vector<int>&, const std::vector<int>&, T*,                \
+                                   const std::vector<int>&, const std::vector<int>&) const;
+H3D_COMM_TYPED(int16_t)
+H3D_COMM_TYPED(int)
+H3D_COMM_TYPED(int64_t)
+H3D_COMM_TYPED(uint8_t)
+H3D_COMM_TYPED(float)
+H3D_COMM_TYPED(double)
+#undef H3D_COMM_TYPED
 
 std::string run_on_root(const Comm& comm, const std::function<void()>& work) {
   std::string failure;

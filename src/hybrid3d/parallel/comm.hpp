@@ -1,5 +1,8 @@
 // Comm: a thin RAII view of an MPI communicator. Every MPI call goes through
-// here so that failures become h3d::Error with MPI's own message.
+// here (parallel/comm.cpp is the only file that calls MPI; the include check,
+// tests/layers/check_includes.py, holds the rest of the code to that), so
+// that failures become h3d::Error with MPI's own message and a second
+// transport (NCCL for a CUDA backend) has one place to go.
 #pragma once
 #include <mpi.h>
 
@@ -18,6 +21,10 @@ void mpi_check(int rc, const char* what, const char* file, int line);
 // with less: the reducer then reduces after backward, blocking.
 int mpi_init(int* argc, char*** argv);
 bool mpi_thread_multiple();
+void mpi_finalize();
+// Ends every rank of the job at once (MPI_Abort on the world): for a failure
+// one rank found alone, which the others would otherwise wait on forever.
+[[noreturn]] void mpi_abort(int code);
 class Comm;
 // Runs `work` on rank 0 alone (file system work one rank does for all);
 // every rank returns what it threw (its what()), or "" if it succeeded, so
@@ -27,10 +34,34 @@ std::string run_on_root(const Comm& comm, const std::function<void()>& work);
 int ranks_on_this_node(const Comm& world);
 int cores_on_this_node();
 
+// Outstanding nonblocking sends and receives (Comm::isend / irecv).
+class Requests {
+ public:
+  Requests() = default;
+  Requests(const Requests&) = delete;
+  Requests& operator=(const Requests&) = delete;
+  Requests(Requests&&) noexcept = default;  // moved only while none is outstanding
+  Requests& operator=(Requests&&) noexcept = default;
+  ~Requests();  // waits for what is still outstanding
+  void wait_all();
+  bool empty() const { return reqs_.empty(); }
+
+ private:
+  friend class Comm;
+  std::vector<MPI_Request> reqs_;
+};
+
+enum class ReduceOp { kSum, kMin, kMax };
+
+// n as one of MPI's int counts; an Error if it does not fit.
+int mpi_count(int64_t n);
+
 class Comm {
  public:
   // Wraps an existing communicator without owning it (MPI_COMM_WORLD, _SELF).
   static Comm borrow(MPI_Comm c) { return Comm(c, false); }
+  static Comm world() { return borrow(MPI_COMM_WORLD); }
+  static Comm self() { return borrow(MPI_COMM_SELF); }
   Comm() = default;
   ~Comm();
   Comm(const Comm&) = delete;
@@ -56,6 +87,37 @@ class Comm {
   double allreduce_max(double v) const;
   int64_t allreduce_sum(int64_t v) const;
   void bcast(void* data, int64_t bytes, int root) const;
+
+  // Typed collectives over T in {int16_t, int, int64_t, uint8_t, float,
+  // double}. Counts are per rank; MPI's are int, so each call checks that
+  // the counts fit (an Error naming the size otherwise).
+  //
+  // In place: data[0, n) of every rank combined with `op`.
+  template <typename T>
+  void allreduce(T* data, int64_t n, ReduceOp op) const;
+  int allreduce_min(int v) const;
+  // Exact 128-bit integer sums in place (ExactSum's accumulators).
+  void allreduce_sum_int128(__int128* data, int64_t n) const;
+  // `all` (on root: n * size() values, rank by rank) gets every rank's `mine`.
+  template <typename T>
+  void gather(const T* mine, int64_t n, T* all, int root) const;
+  // Rank q's `n` values land at all[displs[q]], counts[q] of them (root only).
+  template <typename T>
+  void gatherv(const T* mine, int64_t n, T* all, const std::vector<int>& counts, const std::vector<int>& displs,
+               int root) const;
+  template <typename T>
+  void allgather(const T* mine, int64_t n, T* all) const;
+  // Rank q gets send[displs[q], +counts[q]) of root's buffer in out[0, n).
+  template <typename T>
+  void scatterv(const T* send, const std::vector<int>& counts, const std::vector<int>& displs, T* out, int64_t n,
+                int root) const;
+  template <typename T>
+  void alltoallv(const T* send, const std::vector<int>& send_counts, const std::vector<int>& send_displs, T* recv,
+                 const std::vector<int>& recv_counts, const std::vector<int>& recv_displs) const;
+  // Nonblocking point-to-point of floats (halo exchange); complete with
+  // reqs.wait_all() before the buffers are touched.
+  void irecv(float* buf, int64_t n, int peer, int tag, Requests& reqs) const;
+  void isend(const float* buf, int64_t n, int peer, int tag, Requests& reqs) const;
 
  private:
   Comm(MPI_Comm c, bool owned);

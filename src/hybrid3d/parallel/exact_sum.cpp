@@ -16,33 +16,6 @@ namespace {
 constexpr int kGridBits = 125;
 const double kLimit = std::ldexp(1.0, kGridBits + 1);
 
-void add_int128(void* in, void* inout, int* len, MPI_Datatype*) {
-  auto* a = static_cast<const unsigned char*>(in);
-  auto* b = static_cast<unsigned char*>(inout);
-  for (int i = 0; i < *len; ++i) {
-    __int128 x, y;
-    std::memcpy(&x, a + 16 * i, 16);  // MPI's buffers need not be 16-aligned
-    std::memcpy(&y, b + 16 * i, 16);
-    y += x;
-    std::memcpy(b + 16 * i, &y, 16);
-  }
-}
-
-struct Int128Mpi {
-  MPI_Datatype type;
-  MPI_Op op;
-  Int128Mpi() {
-    H3D_MPI(MPI_Type_contiguous(2, MPI_INT64_T, &type));
-    H3D_MPI(MPI_Type_commit(&type));
-    H3D_MPI(MPI_Op_create(&add_int128, /*commute=*/1, &op));
-  }
-};
-
-const Int128Mpi& int128_mpi() {
-  static const Int128Mpi m;  // created after MPI_Init, on first use
-  return m;
-}
-
 }  // namespace
 
 void ExactSum::reset(int64_t n, double bound) {
@@ -130,12 +103,7 @@ void ExactSum::flush() {
 void ExactSum::allreduce(const Comm& comm) {
   flush();
   if (comm.size() == 1 || acc_.empty()) return;
-  const auto& m = int128_mpi();
-  const int64_t chunk = std::numeric_limits<int>::max() / 32;
-  for (int64_t off = 0; off < size(); off += chunk) {
-    const int cnt = static_cast<int>(std::min(chunk, size() - off));
-    H3D_MPI(MPI_Allreduce(MPI_IN_PLACE, acc_.data() + off, cnt, m.type, m.op, comm.raw()));
-  }
+  comm.allreduce_sum_int128(acc_.data(), size());
 }
 
 double ExactSum::value(int64_t i) const {

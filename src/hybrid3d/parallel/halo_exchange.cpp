@@ -25,10 +25,6 @@ std::vector<int64_t> with_nc(int64_t n, int64_t c, const Box& b) {
   return {n, c, e[0], e[1], e[2]};
 }
 
-int mpi_count(int64_t n) {
-  H3D_CHECK(n <= std::numeric_limits<int>::max(), "halo message of " << n << " floats exceeds MPI's int count");
-  return static_cast<int>(n);
-}
 }  // namespace
 
 HaloExchange::HaloExchange(const Distribution& in, const Window3D& w, const Distribution& out, int me,
@@ -65,10 +61,7 @@ Box HaloExchange::early_box() const {
   return b;
 }
 
-void HaloExchange::wait_all() {
-  if (!reqs_.empty()) H3D_MPI(MPI_Waitall(static_cast<int>(reqs_.size()), reqs_.data(), MPI_STATUSES_IGNORE));
-  reqs_.clear();
-}
+void HaloExchange::wait_all() { reqs_.wait_all(); }
 
 // Posts a receive for every `incoming` region, then packs every `outgoing`
 // region of `src` (which covers `src_origin`) and sends it.
@@ -76,17 +69,15 @@ void HaloExchange::post(const Comm& group, std::vector<Region>& incoming, std::v
                         const Tensor& src, const Box& src_origin, int tag) {
   ProfileScope timed(prof::kHaloExposed);
   const int64_t nc = src.dim(0) * src.dim(1);
-  reqs_.clear();
+  H3D_CHECK(reqs_.empty(), "a halo exchange started while the previous one is outstanding");
   for (auto& r : incoming) {
     r.buf.resize(static_cast<size_t>(nc * r.box.volume()));
-    reqs_.emplace_back();
-    H3D_MPI(MPI_Irecv(r.buf.data(), mpi_count(r.buf.size()), MPI_FLOAT, r.peer, tag, group.raw(), &reqs_.back()));
+    group.irecv(r.buf.data(), int64_t(r.buf.size()), r.peer, tag, reqs_);
   }
   for (auto& r : outgoing) {
     r.buf.resize(static_cast<size_t>(nc * r.box.volume()));
     pack_box(src, src_origin, r.box, r.buf.data());
-    reqs_.emplace_back();
-    H3D_MPI(MPI_Isend(r.buf.data(), mpi_count(r.buf.size()), MPI_FLOAT, r.peer, tag, group.raw(), &reqs_.back()));
+    group.isend(r.buf.data(), int64_t(r.buf.size()), r.peer, tag, reqs_);
   }
 }
 

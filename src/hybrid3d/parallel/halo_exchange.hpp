@@ -76,7 +76,7 @@ class HaloExchange {
   float pad_value_ = 0.0f;
   bool trivial_ = true;
   std::vector<Region> recv_, send_;  // forward direction; reversed in backward
-  std::vector<MPI_Request> reqs_;
+  Requests reqs_;
 };
 
 }  // namespace h3d

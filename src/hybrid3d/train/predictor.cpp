@@ -175,18 +175,17 @@ void predict_volume(const Comm& world, const PredictOptions& o) {
     }
     // Rank 0 gathers every rank's block of its group's window.
     std::vector<int64_t> headers(size_t(4 * world.size()));
-    H3D_MPI(MPI_Gather(header, 4, MPI_INT64_T, headers.data(), 4, MPI_INT64_T, 0, world.raw()));
-    int count = int(payload.size());
+    world.gather(header, 4, headers.data(), 0);
+    int count = mpi_count(int64_t(payload.size()));
     std::vector<int> counts(static_cast<size_t>(world.size())), displs(static_cast<size_t>(world.size()));
-    H3D_MPI(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, world.raw()));
+    world.gather(&count, 1, counts.data(), 0);
     std::vector<float> all;
     if (root) {
       int64_t off = 0;
       for (int q = 0; q < world.size(); ++q) displs[size_t(q)] = int(off), off += counts[size_t(q)];
       all.resize(size_t(off));
     }
-    H3D_MPI(MPI_Gatherv(payload.data(), count, MPI_FLOAT, all.data(), counts.data(), displs.data(), MPI_FLOAT, 0,
-                        world.raw()));
+    world.gatherv(payload.data(), count, all.data(), counts, displs, 0);
     if (root) {
       for (int q = 0; q < world.size(); ++q) {
         const int64_t wq = headers[size_t(4 * q)];
@@ -219,7 +218,7 @@ void predict_volume(const Comm& world, const PredictOptions& o) {
   // output is written: the output may replace nothing of the input).
   std::vector<float> truth;
   if (root && input.labels) {
-    Case whole = open_case(Comm::borrow(MPI_COMM_SELF), o, K);
+    Case whole = open_case(Comm::self(), o, K);
     std::vector<float> image(size_t(total * in.channels));
     truth.resize(size_t(total));
     whole.src->load(0, Box{{Range{0, E[0]}, Range{0, E[1]}, Range{0, E[2]}}}, image.data(), truth.data());

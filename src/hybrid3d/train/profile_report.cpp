@@ -22,7 +22,7 @@ struct Spread {
 // Gathers one value per rank to rank 0 and summarises it there.
 Spread spread(const Comm& world, double v) {
   std::vector<double> all(size_t(world.size()));
-  H3D_MPI(MPI_Gather(&v, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, 0, world.raw()));
+  world.gather(&v, 1, all.data(), 0);
   Spread s;
   if (world.rank() != 0) return s;
   std::sort(all.begin(), all.end());
