@@ -16,6 +16,7 @@
 
 #include "hybrid3d/data/hdf5_source.hpp"
 #include "hybrid3d/parallel/distribution.hpp"
+#include "hybrid3d/parallel/parse_spatial.hpp"
 #include "hybrid3d/parallel/process_grid.hpp"
 
 int main(int argc, char** argv) {
@@ -25,7 +26,7 @@ int main(int argc, char** argv) {
     if (argc < 4) throw std::runtime_error("usage: read_blocks DATA SPATIAL MODE [REPEATS]");
     h3d::Comm world = h3d::Comm::borrow(MPI_COMM_WORLD);
     const int repeats = argc > 4 ? std::atoi(argv[4]) : 1;
-    h3d::ProcessGrid grid(world, h3d::ProcessGrid::parse_spatial(argv[2]));
+    h3d::ProcessGrid grid(world, h3d::parse_spatial(argv[2]));
     h3d::Hdf5Universes src(grid.group(), argv[1], h3d::InputTransform::kNone, h3d::parse_read_mode(argv[3]));
     const h3d::Box box = h3d::Distribution::balanced(src.extent(), grid.spatial(), 1).box(grid.spatial_rank());
     std::vector<float> out(size_t(box.volume() * src.channels()));

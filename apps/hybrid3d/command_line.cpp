@@ -6,7 +6,7 @@
 
 #include "config_file.hpp"
 #include "hybrid3d/core/error.hpp"
-#include "hybrid3d/parallel/process_grid.hpp"
+#include "hybrid3d/parallel/parse_spatial.hpp"
 
 namespace h3d {
 
@@ -287,7 +287,7 @@ void CommandLine::finish_train() {
   else
     H3D_THROW(UsageError, "--overlap must be on, off or auto, not '" << overlap_ << "'");
   train.prefetch = !no_prefetch_;
-  train.spatial = ProcessGrid::parse_spatial(spatial_);
+  train.spatial = parse_spatial(spatial_);
   train.schedule.boundaries = parse_list<int64_t>(decay_boundaries_, "--decay-boundaries");
   train.schedule.factors = parse_list<double>(decay_factors_, "--decay-factors");
   train.seg_loss.class_weights = parse_list<float>(class_weights_, "--class-weights");
@@ -299,7 +299,7 @@ void CommandLine::finish_train() {
 void CommandLine::finish_predict() {
   threads = pred_threads_;
   if (threads < 0) H3D_THROW(UsageError, "--threads must be positive");
-  predict.spatial = ProcessGrid::parse_spatial(pred_spatial_);
+  predict.spatial = parse_spatial(pred_spatial_);
 }
 
 }  // namespace h3d

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "hybrid3d/data/preprocess.hpp"
-#include "hybrid3d/data/universe_writer.hpp"
-#include "hybrid3d/train/predictor.hpp"
-#include "hybrid3d/train/trainer.hpp"
+#include "hybrid3d/data/generate_options.hpp"
+#include "hybrid3d/data/preprocess_options.hpp"
+#include "hybrid3d/train/predict_options.hpp"
+#include "hybrid3d/train/train_options.hpp"
 
 namespace h3d {
 

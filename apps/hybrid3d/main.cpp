@@ -17,10 +17,14 @@
 
 #include "command_line.hpp"
 #include "hybrid3d/core/error.hpp"
+#include "hybrid3d/data/preprocess.hpp"
+#include "hybrid3d/data/universe_writer.hpp"
 #include "hybrid3d/parallel/comm.hpp"
 #include "hybrid3d/train/checkpoint.hpp"
+#include "hybrid3d/train/predictor.hpp"
 #include "hybrid3d/train/regression_predictor.hpp"
 #include "hybrid3d/train/stop_signal.hpp"
+#include "hybrid3d/train/trainer.hpp"
 
 namespace {
 

@@ -21,19 +21,9 @@
 #include <string>
 
 #include "hybrid3d/parallel/comm.hpp"
+#include "hybrid3d/data/preprocess_options.hpp"
 
 namespace h3d {
-
-struct PreprocessOptions {
-  std::string in, out;
-  int64_t sample_size = 0;       // side of each sub-volume (0: whole universes)
-  std::string layout = "original";  // original: (D, H, W, C); lbann: (C, D, H, W)
-  std::string dtype;             // int16 | float32 (default: int16 original, float32 lbann)
-  int64_t samples_per_file = 1;
-  int64_t chunk = 0;             // chunk side in D, H and W (0: contiguous)
-  int compress = 0;              // gzip level 1..9 (needs --chunk)
-  bool quiet = false;
-};
 
 // Collective over the world. Throws UsageError for options or inputs that
 // cannot work (the same on every rank).

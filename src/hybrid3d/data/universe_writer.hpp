@@ -16,17 +16,9 @@
 #include <string>
 
 #include "hybrid3d/parallel/comm.hpp"
+#include "hybrid3d/data/generate_options.hpp"
 
 namespace h3d {
-
-struct GenerateOptions {
-  std::string kind = "cosmoflow";  // cosmoflow | segmentation
-  std::string out;
-  int64_t count = 1, size = 0, first_index = 0;
-  uint64_t seed = 0;
-  int ranks_per_universe = 0;  // 0: all ranks
-  bool quiet = false;
-};
 
 // The file name of universe `index` inside the output directory.
 std::string universe_file_name(int64_t index);

@@ -49,12 +49,12 @@ __int128 ExactSum::to_grid(double v) const {
 // nor changes the rounding mode, and a contracted multiply-add is exact
 // here as the products are). Each remainder is exact: it is made of the
 // bits of v[i] below the part taken. Cloned for AVX-512 and AVX2, picked
-// at load time, as the build targets the baseline x86-64.
+// at load time, as the build targets the baseline x86-64 (one clone set
+// per element type: clang clones no templates).
 template <typename T>
-__attribute__((target_clones("avx512f", "avx2", "default"))) bool split_add(const T* v, size_t n, double* p0,
-                                                                              double* p1, double* p2, double s0,
-                                                                              double s1, double s2, double u0,
-                                                                              double u1, double limit) {
+__attribute__((always_inline)) inline bool split_add_body(const T* v, size_t n, double* p0, double* p1, double* p2,
+                                                          double s0, double s1, double s2, double u0, double u1,
+                                                          double limit) {
   const double magic = 0x1.8p52;
   int bad = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -71,6 +71,16 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) bool split_add(cons
   }
   return bad != 0;
 }
+
+#define H3D_SPLIT_ADD(T)                                                                                       \
+  __attribute__((target_clones("avx512f", "avx2", "default"))) bool split_add(                                  \
+      const T* v, size_t n, double* p0, double* p1, double* p2, double s0, double s1, double s2, double u0,     \
+      double u1, double limit) {                                                                               \
+    return split_add_body(v, n, p0, p1, p2, s0, s1, s2, u0, u1, limit);                                        \
+  }
+H3D_SPLIT_ADD(float)
+H3D_SPLIT_ADD(double)
+#undef H3D_SPLIT_ADD
 
 template <typename T>
 void ExactSum::add_all_split(const T* v) {

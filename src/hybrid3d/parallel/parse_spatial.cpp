@@ -1,13 +1,12 @@
-// ProcessGrid::parse_spatial on its own: the command line (and its fuzz
-// target) parses layouts without linking any MPI code.
+#include "hybrid3d/parallel/parse_spatial.hpp"
+
 #include <sstream>
 
 #include "hybrid3d/core/error.hpp"
-#include "hybrid3d/parallel/process_grid.hpp"
 
 namespace h3d {
 
-std::array<int, 3> ProcessGrid::parse_spatial(const std::string& s) {
+std::array<int, 3> parse_spatial(const std::string& s) {
   std::array<int, 3> out{};
   char x1 = 0, x2 = 0;
   std::istringstream is(s);

@@ -30,7 +30,6 @@ class ProcessGrid {
   bool is_group_root() const { return group_.rank() == 0; }
   std::string describe() const;
 
-  static std::array<int, 3> parse_spatial(const std::string& s);  // "2x1x1"
 
  private:
   const Comm* world_;

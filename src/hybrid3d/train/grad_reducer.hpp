@@ -40,10 +40,9 @@
 #include "hybrid3d/parallel/comm.hpp"
 #include "hybrid3d/parallel/process_grid.hpp"
 #include "hybrid3d/layers/layer.hpp"
+#include "hybrid3d/train/train_options.hpp"
 
 namespace h3d {
-
-enum class Overlap { kAuto, kOn, kOff };
 
 class GradientReducer {
  public:

@@ -9,14 +9,9 @@
 #include <vector>
 
 #include "hybrid3d/layers/layer.hpp"
+#include "hybrid3d/train/optimizer_options.hpp"
 
 namespace h3d {
-
-struct OptimizerOptions {
-  std::string kind = "sgd";
-  double momentum = 0.9, weight_decay = 0.0;
-  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
-};
 
 // The state a checkpoint keeps: per parameter, named "<param>.<slot>"
 // (PyTorch's slot names: momentum_buffer; exp_avg, exp_avg_sq), and the

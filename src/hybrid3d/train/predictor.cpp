@@ -16,6 +16,7 @@
 #include "hybrid3d/data/hdf5_util.hpp"
 #include "hybrid3d/data/nifti_io.hpp"
 #include "hybrid3d/data/nifti_segmentation.hpp"
+#include "hybrid3d/models/cosmoflow.hpp"
 #include "hybrid3d/parallel/output_dir.hpp"
 #include "hybrid3d/parallel/process_grid.hpp"
 #include "hybrid3d/train/network_weights.hpp"

@@ -26,25 +26,9 @@
 #include <string>
 
 #include "hybrid3d/parallel/comm.hpp"
-#include "hybrid3d/models/cosmoflow.hpp"
+#include "hybrid3d/train/predict_options.hpp"
 
 namespace h3d {
-
-// The options of `hybrid3d predict`, for either kind of model.
-struct PredictOptions {
-  ModelOptions model;  // segmentation: input_size is the window side; regression: the sample side
-  std::array<int, 3> spatial{1, 1, 1};
-  std::string init, out, backend = "cpu";
-  bool overlap_halo = true;  // halo exchange behind each block's interior (as train's --overlap)
-  bool quiet = false;
-  // Segmentation: one case, cut into windows.
-  std::string input, intensity_window;
-  double overlap = 0.5;  // of neighbouring windows
-  bool probabilities = false;
-  // Regression (train/regression_predictor.hpp): every sample of a dataset.
-  std::string data, transform = "log1p", read_mode = "independent";
-  int64_t batch_size = 0;  // global, over the data groups (0: one per data group)
-};
 
 // Collective over `world`. UsageError (identical on every rank) for bad
 // options or inputs, before any window is computed.

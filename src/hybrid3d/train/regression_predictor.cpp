@@ -15,6 +15,7 @@
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/data/hdf5_source.hpp"
 #include "hybrid3d/data/sampler.hpp"
+#include "hybrid3d/models/cosmoflow.hpp"
 #include "hybrid3d/parallel/output_dir.hpp"
 #include "hybrid3d/parallel/process_grid.hpp"
 #include "hybrid3d/train/network_weights.hpp"
