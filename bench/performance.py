@@ -22,6 +22,11 @@ sys.path.insert(0, HERE)
 import step_time  # noqa: E402
 
 
+
+def overlap_flags(overlap):
+    """The overlap column: auto/on/off for the allreduce thread; the halo overlap off only with 'off'."""
+    return ("--allreduce-overlap", overlap, "--halo-overlap", "off" if overlap == "off" else "on")
+
 def sh(cmd):
     return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout.strip()
 
@@ -167,7 +172,7 @@ def main():
     exposed, step_s, peak8 = {}, {}, 0.0
     for ranks, spatial, threads, overlap in runs:
         t, prof, cmd = step_time.hybrid3d_step(binary, "cosmoflow-lbann", 128, 1, threads, a.steps, mpi=ranks,
-                                               spatial=spatial, extra=("--overlap", overlap))
+                                               spatial=spatial, extra=overlap_flags(overlap))
         base = base or (t, prof)
         reg = prof["regions"]
         ms = lambda k: reg[k]["median"] * 1e3  # noqa: E731

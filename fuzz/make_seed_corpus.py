@@ -87,10 +87,10 @@ lines = lambda *a: "\n".join(a)
 put("command_line", "train_unet", lines("train", "--model", "unet3d", "--input-size", "48", "--spatial", "2x2x1",
                                         "--batch-size", "4", "--loss", "ce+dice", "--class-weights", "0.2,1,3"))
 put("command_line", "train_mlperf", lines("train", "--lr-schedule", "mlperf", "--decay-boundaries", "100,200",
-                                          "--decay-factors", "0.25,0.125", "--overlap=off", "--threads", "2"))
+                                          "--decay-factors", "0.25,0.125", "--halo-overlap=off", "--allreduce-overlap=off", "--threads", "2"))
 put("command_line", "predict", lines("predict", "--init", "w.safetensors", "--input", "c.h5", "--out", "p.h5",
-                                     "--spatial", "1x2x1", "--overlap", "0.5"))
+                                     "--spatial", "1x2x1", "--window-overlap", "0.5"))
 put("command_line", "generate", lines("generate", "--out", "d", "--size", "64", "--kind", "segmentation"))
 put("command_line", "preprocess", lines("preprocess", "--in", "d", "--out", "s", "--sample-size", "32", "--chunk", "8"))
 put("command_line", "train_config", "train\n--lr\n0.1\0# run\nmodel = \"cosmoflow\"\nspatial = 2x1x1\n"
-    "decay-boundaries = [10, 20]\nbatchnorm = true\n[train]\nsteps = 5 ; five\n[predict]\noverlap = 0.25\n")
+    "decay-boundaries = [10, 20]\nbatchnorm = true\n[train]\nsteps = 5 ; five\n[predict]\nwindow-overlap = 0.25\n")

@@ -29,19 +29,57 @@ std::vector<T> parse_list(const std::string& s, const char* flag) {
   return out;
 }
 
+// on | off (| auto where `with_auto`), for the flag `flag`.
+Overlap parse_overlap(const std::string& v, const char* flag, bool with_auto) {
+  if (v == "on") return Overlap::kOn;
+  if (v == "off") return Overlap::kOff;
+  if (v == "auto" && with_auto) return Overlap::kAuto;
+  H3D_THROW(UsageError, flag << " must be on, off" << (with_auto ? " or auto" : "") << ", not '" << v << "'");
+}
+
+// The flags that choose and size the model: the same for train and predict
+// (predict needs the values training used).
+void add_model_flags(CLI::App* app, ModelOptions& m) {
+  app->add_option("--model", m.model, "cosmoflow | cosmoflow-lbann | unet3d")->capture_default_str();
+  app->add_option("--input-size", m.input_size,
+                  "side S of the cubic input volume (predict: unet3d's window side, as in training)")
+      ->capture_default_str();
+  app->add_option("--in-channels", m.in_channels, "input channels (default: 4 for cosmoflow, 1 for unet3d)");
+  app->add_option("--classes", m.classes, "unet3d: segmentation classes")->capture_default_str();
+  app->add_option("--base-channels", m.base_channels, "unet3d: width of the first level (scales all)")
+      ->capture_default_str();
+  app->add_option("--levels", m.levels, "unet3d: encoder levels (input side a multiple of 2^levels)")
+      ->capture_default_str();
+  app->add_option("--kernel-size", m.kernel_size, "cosmoflow conv kernel (2 as MLPerf, or 3)")->capture_default_str();
+  app->add_flag("--batchnorm", m.batchnorm, "BatchNorm3d after each convolution");
+  app->add_option("--seed", m.seed, "seed of weights, data, shuffling and dropout (predict: as in training)")
+      ->capture_default_str();
+}
+
 }  // namespace
+
+// The flags of the parallel layout and the kernels: the same for train and predict.
+void CommandLine::add_layout_flags(CLI::App* app, LayoutFlags& f, std::string& backend) {
+  app->add_option("--spatial", f.spatial,
+                  "spatial split DxHxW of each sample (predict: of each window); ranks / (D*H*W) data groups")
+      ->capture_default_str();
+  app->add_option("--threads", f.threads,
+                  "threads per rank (default: OMP_NUM_THREADS, else the node's cores / its ranks)");
+  app->add_option("--halo-overlap", f.halo_overlap,
+                  "on | off: exchange each layer's halo while its block's interior computes (off: blocking); "
+                  "on and off give the same bits (docs/parallelism.md)")
+      ->capture_default_str();
+  app->add_option("--backend", backend, "cpu (oneDNN) | ref (reference loops)")->capture_default_str();
+  // Split in two (issue 15); a hidden flag so that the old one gets a clear error, not "unknown option".
+  app->add_option("--overlap", f.old_overlap)->group("");
+}
 
 CommandLine::CommandLine() {
   app_.require_subcommand(1);
   train_ = app_.add_subcommand("train", "train a model (run under mpirun for parallel layouts)");
   train_->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a repeated flag: the last wins
-  train_->add_option("--model", train.model.model, "cosmoflow | cosmoflow-lbann | unet3d")->capture_default_str();
-  train_->add_option("--in-channels", train.model.in_channels, "input channels (default: 4 for cosmoflow, 1 for unet3d)");
-  train_->add_option("--classes", train.model.classes, "unet3d: segmentation classes")->capture_default_str();
-  train_->add_option("--base-channels", train.model.base_channels, "unet3d: width of the first level (scales all)")
-      ->capture_default_str();
-  train_->add_option("--levels", train.model.levels, "unet3d: encoder levels (input side a multiple of 2^levels)")
-      ->capture_default_str();
+  add_model_flags(train_, train.model);
+  add_layout_flags(train_, train_layout_, train.backend);
   train_->add_option("--loss", train.seg_loss.kind, "unet3d: ce | dice | ce+dice")->capture_default_str();
   train_->add_option("--class-weights", class_weights_, "unet3d: cross-entropy weight per class, e.g. 0.2,1,3");
   train_->add_option("--ignore-label", train.seg_loss.ignore_label, "unet3d: a label value that counts nowhere (-1: none)")
@@ -55,10 +93,7 @@ CommandLine::CommandLine() {
       ->capture_default_str();
   train_->add_option("--dice-weight", train.seg_loss.dice_weight, "unet3d: weight of the Dice loss in ce+dice")
       ->capture_default_str();
-  train_->add_option("--input-size", train.model.input_size, "side S of the cubic input volume")->capture_default_str();
   train_->add_option("--batch-size", train.batch_size, "global mini-batch (over all data groups)")->capture_default_str();
-  train_->add_option("--spatial", spatial_, "spatial split DxHxW of each sample; ranks / (D*H*W) data groups")
-      ->capture_default_str();
   train_->add_option("--steps", train.steps, "training steps (or use --epochs)");
   train_->add_option("--epochs", train.epochs, "training epochs (default 1 when --steps is not given)");
   train_->add_option("--optimizer", train.optimizer.kind, "sgd | adam")->capture_default_str();
@@ -71,15 +106,15 @@ CommandLine::CommandLine() {
   train_->add_option("--decay-factors", decay_factors_, "mlperf: LR factor from each boundary on, e.g. 0.25,0.125");
   train_->add_option("--poly-power", train.schedule.power, "poly: exponent")->capture_default_str();
   train_->add_option("--end-lr", train.schedule.end_lr, "poly: final learning rate")->capture_default_str();
-  train_->add_option("--kernel-size", train.model.kernel_size, "cosmoflow conv kernel (2 as MLPerf, or 3)")->capture_default_str();
   train_->add_option("--dropout", train.model.dropout, "dropout probability in the head")->capture_default_str();
-  train_->add_flag("--batchnorm", train.model.batchnorm, "BatchNorm3d after each convolution");
-  train_->add_option("--seed", train.model.seed, "seed of weights, data, shuffling and dropout")->capture_default_str();
-  train_->add_option("--data", train.data, "synthetic, or a directory / glob of CosmoFlow HDF5 files")->capture_default_str();
-  train_->add_option("--val-data", train.val_data, "validation data: synthetic, or a directory / glob");
+  train_->add_option("--data", train.data,
+                    "synthetic, or a directory / glob of files: CosmoFlow HDF5 (cosmoflow, cosmoflow-lbann), LiTS "
+                    "HDF5 or NIfTI cases (unet3d; docs/data.md)")
+      ->capture_default_str();
+  train_->add_option("--val-data", train.val_data, "validation data: synthetic, or a directory / glob as --data");
   train_->add_option("--train-samples", train.train_samples, "synthetic training set size")->capture_default_str();
   train_->add_option("--val-samples", train.val_samples, "synthetic validation set size (0: none)")->capture_default_str();
-  train_->add_option("--test-data", train.test_data, "test data, evaluated once at the end: synthetic, or a directory / glob");
+  train_->add_option("--test-data", train.test_data, "test data, evaluated once at the end: synthetic, or a directory / glob as --data");
   train_->add_option("--val-fraction", train.val_fraction, "hold out this share of --data for validation (fixed by --seed)");
   train_->add_option("--test-fraction", train.test_fraction, "hold out this share of --data as the test set");
   train_->add_option("--last-batch", train.last_batch,
@@ -108,14 +143,12 @@ CommandLine::CommandLine() {
   train_->add_option("--profile", train.profile,
                     "time every layer, halo, allreduce, data and memory (after the first step); print the table "
                     "and write it as JSON here");
-  train_->add_option("--threads", threads_,
-                    "threads per rank (default: OMP_NUM_THREADS, else the node's cores / its ranks)");
   train_->add_option("--allreduce-bucket-mib", train.bucket_mib,
                     "gradient allreduce bucket size in MiB (buckets start during backward)")
       ->capture_default_str();
-  train_->add_option("--overlap", overlap_,
-                    "gradient allreduce during backward on a communication thread: on | off | auto (on unless "
-                    "this node's ranks x threads exceed its cores)")
+  train_->add_option("--allreduce-overlap", allreduce_overlap_,
+                    "on | off | auto: reduce gradient buckets during backward on a communication thread (auto: on "
+                    "unless this node's ranks x threads exceed its cores; off: after backward, blocking)")
       ->capture_default_str();
   train_->add_flag("--deterministic", train.deterministic,
                   "bitwise the same weights, buffers and losses under every layout and rank count (at the same "
@@ -132,7 +165,6 @@ CommandLine::CommandLine() {
                     "how each rank reads its block of a file sample: independent (own hyperslab), collective "
                     "(MPI-IO collective hyperslabs) | naive (one rank per group reads the sample and scatters it)")
       ->capture_default_str();
-  train_->add_option("--backend", train.backend, "cpu (oneDNN) | ref (reference loops)")->capture_default_str();
   train_->add_option("--log-every", train.log_every, "progress line every N steps")->capture_default_str();
   train_->add_flag("--quiet", train.quiet, "no progress output");
 
@@ -174,48 +206,35 @@ CommandLine::CommandLine() {
                                              "in training");
   pred_->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   pred_->add_option("--init", predict.init, "trained weights (safetensors, from train --save)")->required();
-  pred_->add_option("--model", predict.model.model, "unet3d | cosmoflow | cosmoflow-lbann")->capture_default_str();
   pred_->add_option("--out", predict.out,
                     "unet3d: NAME.h5 ('segmentation' uint8, and 'probabilities') or NAME.nii[.gz]; regression: "
                     "NAME.csv per sample, and NAME.universes.csv per source universe for preprocess output")
       ->required();
-  pred_->add_option("--input-size", predict.model.input_size,
-                    "unet3d: window side (the training --input-size); regression: the samples' side")
-      ->capture_default_str();
-  pred_->add_option("--in-channels", predict.model.in_channels, "as in training (default: 1 unet3d, 4 cosmoflow)");
-  pred_->add_option("--seed", predict.model.seed, "as in training")->capture_default_str();
+  add_model_flags(pred_, predict.model);
+  add_layout_flags(pred_, pred_layout_, predict.backend);
   // Segmentation.
   pred_->add_option("--input", predict.input,
                     "unet3d: the case, HDF5 with 'volume' (and 'segmentation' for Dice) or NIfTI");
-  pred_->add_option("--classes", predict.model.classes, "unet3d: as in training")->capture_default_str();
-  pred_->add_option("--base-channels", predict.model.base_channels, "unet3d: as in training")->capture_default_str();
-  pred_->add_option("--levels", predict.model.levels, "unet3d: as in training")->capture_default_str();
-  pred_->add_option("--overlap", predict.overlap, "unet3d: fraction of a window shared with the next one")
+  pred_->add_option("--window-overlap", predict.window_overlap,
+                    "unet3d: share of a window's side its neighbour covers too, in [0, 1)")
       ->capture_default_str();
   pred_->add_flag("--probabilities", predict.probabilities, "unet3d: also write the class probabilities");
   pred_->add_option("--intensity-window", predict.intensity_window,
                     "unet3d: as in training, LO,HI clips and scales to [0, 1]");
   // Regression.
-  pred_->add_option("--data", predict.data, "regression: a directory or glob of CosmoFlow HDF5 files");
+  pred_->add_option("--data", predict.data, "regression: a directory or glob of CosmoFlow HDF5 files, as train --data");
   pred_->add_option("--batch-size", predict.batch_size,
                     "regression: samples per mini-batch over all data groups (default: one per group)");
-  pred_->add_option("--kernel-size", predict.model.kernel_size, "cosmoflow: as in training")->capture_default_str();
-  pred_->add_flag("--batchnorm", predict.model.batchnorm, "cosmoflow: as in training");
   pred_->add_option("--transform", predict.transform, "regression: as in training, log1p | none")
       ->capture_default_str();
   pred_->add_option("--read-mode", predict.read_mode, "regression: independent | collective | naive, as in training")
       ->capture_default_str();
-  pred_->add_option("--spatial", pred_spatial_,
-                    "spatial split DxHxW of each window or sample; ranks / (D*H*W) at a time")
-      ->capture_default_str();
-  pred_->add_option("--threads", pred_threads_, "threads per rank (default as for train)");
-  pred_->add_option("--backend", predict.backend, "cpu | ref")->capture_default_str();
   pred_->add_flag("--quiet", predict.quiet, "no progress output");
 
   // Read by expand_config before CLI11 sees the arguments; declared here for --help.
   for (CLI::App* sub : {train_, gen_, prep_, pred_})
     sub->add_option("--config", config_help_only_,
-                    "read flags from this file (name = value per line, TOML/INI style; see docs/usage.md); flags on "
+                    "read flags from this file (name = value per line, TOML/INI style; docs/usage.md); flags on "
                     "the command line win");
 }
 
@@ -276,18 +295,12 @@ void CommandLine::parse(int argc, const char* const* argv) {
 }
 
 void CommandLine::finish_train() {
-  threads = threads_;
-  if (threads < 0) H3D_THROW(UsageError, "--threads must be positive");
-  if (overlap_ == "auto")
-    train.overlap = Overlap::kAuto;
-  else if (overlap_ == "on")
-    train.overlap = Overlap::kOn;
-  else if (overlap_ == "off")
-    train.overlap = Overlap::kOff;
-  else
-    H3D_THROW(UsageError, "--overlap must be on, off or auto, not '" << overlap_ << "'");
+  H3D_USAGE_CHECK(train_layout_.old_overlap.empty(),
+                  "--overlap is now two flags: --halo-overlap on|off (halo exchange behind each block's interior) "
+                  "and --allreduce-overlap on|off|auto (gradient allreduce on a communication thread)");
+  finish_layout(train_layout_, train.spatial, train.halo_overlap);
+  train.allreduce_overlap = parse_overlap(allreduce_overlap_, "--allreduce-overlap", true);
   train.prefetch = !no_prefetch_;
-  train.spatial = parse_spatial(spatial_);
   train.schedule.boundaries = parse_list<int64_t>(decay_boundaries_, "--decay-boundaries");
   train.schedule.factors = parse_list<double>(decay_factors_, "--decay-factors");
   train.seg_loss.class_weights = parse_list<float>(class_weights_, "--class-weights");
@@ -296,10 +309,18 @@ void CommandLine::finish_train() {
   if (train.log_every < 1) train.log_every = 1;
 }
 
-void CommandLine::finish_predict() {
-  threads = pred_threads_;
+void CommandLine::finish_layout(const LayoutFlags& f, std::array<int, 3>& spatial, bool& halo_overlap) {
+  threads = f.threads;
   if (threads < 0) H3D_THROW(UsageError, "--threads must be positive");
-  predict.spatial = parse_spatial(pred_spatial_);
+  spatial = parse_spatial(f.spatial);
+  halo_overlap = parse_overlap(f.halo_overlap, "--halo-overlap", false) == Overlap::kOn;
+}
+
+void CommandLine::finish_predict() {
+  H3D_USAGE_CHECK(pred_layout_.old_overlap.empty(),
+                  "--overlap is now --window-overlap (the share of a window its neighbour covers); "
+                  "--halo-overlap on|off is the halo exchange's");
+  finish_layout(pred_layout_, predict.spatial, predict.halo_overlap);
 }
 
 }  // namespace h3d

@@ -42,14 +42,20 @@ class CommandLine {
   // Replaces `--config FILE` after the subcommand by the file's flags, put
   // first so that the command line's own flags win (the last one counts).
   void expand_config(std::vector<std::string>& args) const;
+  // --spatial, --threads, --halo-overlap, --backend: declared once for train and predict.
+  struct LayoutFlags {
+    std::string spatial = "1x1x1", halo_overlap = "on", old_overlap;
+    int threads = 0;
+  };
+  void add_layout_flags(CLI::App* app, LayoutFlags& f, std::string& backend);
+  void finish_layout(const LayoutFlags& f, std::array<int, 3>& spatial, bool& halo_overlap);
   void finish_train();
   void finish_predict();
 
   CLI::App app_{"hybrid3d: hybrid data x spatial parallel training of 3D CNNs"};
   CLI::App *train_ = nullptr, *gen_ = nullptr, *prep_ = nullptr, *pred_ = nullptr;
-  std::string spatial_ = "1x1x1", decay_boundaries_, decay_factors_, class_weights_, overlap_ = "auto";
-  std::string pred_spatial_ = "1x1x1";
-  int threads_ = 0, pred_threads_ = 0;
+  LayoutFlags train_layout_, pred_layout_;
+  std::string decay_boundaries_, decay_factors_, class_weights_, allreduce_overlap_ = "auto";
   bool no_prefetch_ = false;
   std::string config_help_only_;
 };

@@ -41,7 +41,7 @@ grep -q "predict: 80 windows of 16^3 (overlap 0.50) over 40x36x44" <<<"$out" || 
 grep -q "predict: dice per class against the input's labels" <<<"$out" || { echo "FAIL no Dice: $out"; exit 1; }
 $MPI -np 4 "$BIN" predict $M --init w.safetensors --input big.h5 --out p4.h5 --probabilities --spatial 2x2x1 --quiet
 $MPI -np 4 "$BIN" predict $M --init w.safetensors --input big.h5 --out p22.h5 --probabilities --spatial 2x1x1 --quiet
-"$BIN" predict $M --init w.safetensors --input big.h5 --out p0.h5 --probabilities --overlap 0 --quiet
+"$BIN" predict $M --init w.safetensors --input big.h5 --out p0.h5 --probabilities --window-overlap 0 --quiet
 "$BIN" predict $M --init w.safetensors --input crop.h5 --out pc.h5 --probabilities --quiet
 "$PY" - <<'PYEOF'
 import h5py
@@ -75,7 +75,7 @@ refuse() {  # name, expected text, flags...
 refuse "volume smaller than the window" "smaller than the 16^3 window" --init w.safetensors --input small.h5 --out x.h5
 refuse "missing input" "no HDF5 files" --init w.safetensors --input nothere.h5 --out x.h5
 refuse "weights of another model" "wrong shape" --init w.safetensors --input big.h5 --out x.h5 --base-channels 8
-refuse "bad overlap" "--overlap" --init w.safetensors --input big.h5 --out x.h5 --overlap 1.5
+refuse "bad window overlap" "--window-overlap" --init w.safetensors --input big.h5 --out x.h5 --window-overlap 1.5
 refuse "unwritable output" "--out" --init w.safetensors --input big.h5 --out /nonexistent/x.h5
 [ ! -e x.h5 ] || { echo "FAIL an output was written by a refused run"; fails=1; }
 [ $fails -eq 0 ] || exit 1

@@ -86,7 +86,8 @@ void expect_model_equivalent(const std::string& what, TrainOptions o, std::vecto
       o.spatial = layout;
       // Both gradient reductions: on the communication thread in small
       // buckets, and blocking after backward.
-      o.overlap = off ? Overlap::kOff : Overlap::kOn;
+      o.allreduce_overlap = off ? Overlap::kOff : Overlap::kOn;
+      o.halo_overlap = !off;
       o.bucket_mib = 0.05;
       Snapshot& d = runs[off];
       d = two_steps(world, o);

@@ -352,8 +352,8 @@ def check_unet_layouts(binary, work, side=16, batch=2):
     loss.backward()
     opt.step()
     mpi = ["mpirun", "--oversubscribe", "--bind-to", "none", "-x", "OMP_NUM_THREADS=1", "-np"]
-    runs = [("1 rank", []), ("2x2x2, overlap on", ["--spatial", "2x2x2", "--overlap", "on"]),
-            ("2x2x2, overlap off", ["--spatial", "2x2x2", "--overlap", "off"])]
+    runs = [("1 rank", []), ("2x2x2, overlap on", ["--spatial", "2x2x2", "--halo-overlap", "on", "--allreduce-overlap", "on"]),
+            ("2x2x2, overlap off", ["--spatial", "2x2x2", "--halo-overlap", "off", "--allreduce-overlap", "off"])]
     ok = True
     for i, (what, flags) in enumerate(runs):
         out = os.path.join(work, f"unet_layouts_{i}.safetensors")

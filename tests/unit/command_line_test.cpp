@@ -41,7 +41,7 @@ TEST(CommandLine, ConfigFileValuesAndPrecedence) {
       "batchnorm = true\n"
       "quiet = false\n"
       "[predict]\n"
-      "overlap = 0.75\n"
+      "window-overlap = 0.75\n"
       "[train]\n"
       "steps = 7 ; seven\n"
       "batch-size = 4\n");
@@ -60,7 +60,7 @@ TEST(CommandLine, ConfigFileValuesAndPrecedence) {
 
   CommandLine pred;
   parse(pred, {"predict", "--config=" + path, "--init", "w", "--input", "i.h5", "--out", "o.h5"});
-  EXPECT_DOUBLE_EQ(pred.predict.overlap, 0.75);  // [predict] applies, [train] does not
+  EXPECT_DOUBLE_EQ(pred.predict.window_overlap, 0.75);  // [predict] applies, [train] does not
   std::remove(path.c_str());
 }
 
@@ -69,7 +69,9 @@ TEST(CommandLine, RefusesMalformedInput) {
       {{"train", "--spatial", "2x2"}, true},
       {{"train", "--spatial", "0x1x1"}, true},
       {{"train", "--decay-factors", "1,2x"}, true},
-      {{"train", "--overlap", "sometimes"}, true},
+      {{"train", "--halo-overlap", "auto"}, true},  // halo: on or off only
+      {{"train", "--allreduce-overlap", "sometimes"}, true},
+      {{"predict", "--init", "w", "--out", "o", "--halo-overlap", "maybe"}, true},
       {{"train", "--batch-size", "0"}, true},
       {{"train", "--threads", "-1"}, true},
       {{"train", "--config"}, true},
@@ -87,6 +89,67 @@ TEST(CommandLine, RefusesMalformedInput) {
       EXPECT_THROW(parse(cli, c.first), UsageError) << joined;
     else
       EXPECT_THROW(parse(cli, c.first), CLI::ParseError) << joined;
+  }
+}
+
+// --overlap meant three things; it is three flags now, and the old one
+// says which to use instead of "unknown option".
+TEST(CommandLine, OverlapFlagsApartAndTheOldOneExplained) {
+  CommandLine train;
+  parse(train, {"train", "--halo-overlap", "off", "--allreduce-overlap", "on"});
+  EXPECT_FALSE(train.train.halo_overlap);
+  EXPECT_EQ(train.train.allreduce_overlap, Overlap::kOn);
+  CommandLine defaults;
+  parse(defaults, {"train"});
+  EXPECT_TRUE(defaults.train.halo_overlap);
+  EXPECT_EQ(defaults.train.allreduce_overlap, Overlap::kAuto);
+  CommandLine pred;
+  parse(pred, {"predict", "--init", "w", "--out", "o", "--window-overlap", "0.25", "--halo-overlap", "off"});
+  EXPECT_DOUBLE_EQ(pred.predict.window_overlap, 0.25);
+  EXPECT_FALSE(pred.predict.halo_overlap);
+  const std::vector<std::pair<std::vector<std::string>, std::string>> old = {
+      {{"train", "--overlap", "off"}, "--halo-overlap on|off"},
+      {{"train", "--overlap=on"}, "--allreduce-overlap on|off|auto"},
+      {{"predict", "--init", "w", "--out", "o", "--overlap", "0.5"}, "--window-overlap"},
+  };
+  for (const auto& c : old) {
+    CommandLine cli;
+    try {
+      parse(cli, c.first);
+      ADD_FAILURE() << "accepted " << c.first[0] << " " << c.first.back();
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(c.second), std::string::npos) << e.what();
+    }
+  }
+}
+
+// The model and layout flags are declared once for both commands: each
+// lands in its own command's options.
+TEST(CommandLine, ModelAndLayoutFlagsTheSameForTrainAndPredict) {
+  const std::vector<std::string> shared = {"--model", "unet3d", "--input-size", "24", "--in-channels", "2",
+                                           "--classes", "5", "--base-channels", "6", "--levels", "2",
+                                           "--kernel-size", "3", "--batchnorm", "--seed", "9",
+                                           "--spatial", "2x1x2", "--threads", "3", "--backend", "ref"};
+  CommandLine train, pred;
+  std::vector<std::string> t = {"train"}, p = {"predict", "--init", "w", "--out", "o"};
+  t.insert(t.end(), shared.begin(), shared.end());
+  p.insert(p.end(), shared.begin(), shared.end());
+  parse(train, t);
+  parse(pred, p);
+  for (const auto* c : {&train, &pred}) {
+    const ModelOptions& m = c == &train ? c->train.model : c->predict.model;
+    EXPECT_EQ(m.model, "unet3d");
+    EXPECT_EQ(m.input_size, 24);
+    EXPECT_EQ(m.in_channels, 2);
+    EXPECT_EQ(m.classes, 5);
+    EXPECT_EQ(m.base_channels, 6);
+    EXPECT_EQ(m.levels, 2);
+    EXPECT_EQ(m.kernel_size, 3);
+    EXPECT_TRUE(m.batchnorm);
+    EXPECT_EQ(m.seed, 9u);
+    EXPECT_EQ(c->threads, 3);
+    EXPECT_EQ(c == &train ? c->train.spatial : c->predict.spatial, (std::array<int, 3>{2, 1, 2}));
+    EXPECT_EQ(c == &train ? c->train.backend : c->predict.backend, "ref");
   }
 }
 

@@ -13,11 +13,11 @@ struct PredictOptions {
   ModelOptions model;  // segmentation: input_size is the window side; regression: the sample side
   std::array<int, 3> spatial{1, 1, 1};
   std::string init, out, backend = "cpu";
-  bool overlap_halo = true;  // halo exchange behind each block's interior (as train's --overlap)
+  bool halo_overlap = true;  // halo exchange behind each block's interior (as train's --halo-overlap)
   bool quiet = false;
   // Segmentation: one case, cut into windows.
   std::string input, intensity_window;
-  double overlap = 0.5;  // of neighbouring windows
+  double window_overlap = 0.5;  // the share of a window's side its neighbour covers too
   bool probabilities = false;
   // Regression (train/regression_predictor.hpp): every sample of a dataset.
   std::string data, transform = "log1p", read_mode = "independent";

@@ -98,7 +98,8 @@ void predict_volume(const Comm& world, const PredictOptions& o) {
   H3D_USAGE_CHECK(is_segmentation(o.model), "predict_volume needs a segmentation model (--model unet3d)");
   H3D_USAGE_CHECK(o.data.empty(), "--data is for regression models; give the case to segment as --input");
   H3D_USAGE_CHECK(!o.init.empty() && !o.input.empty() && !o.out.empty(), "predict needs --init, --input and --out");
-  H3D_USAGE_CHECK(o.overlap >= 0 && o.overlap < 1, "--overlap " << o.overlap << " must be in [0, 1)");
+  H3D_USAGE_CHECK(o.window_overlap >= 0 && o.window_overlap < 1,
+                  "--window-overlap " << o.window_overlap << " must be in [0, 1)");
   require_writable_parent("--out", o.out);
   ProcessGrid grid(world, o.spatial);
   auto backend = make_backend(o.backend);
@@ -123,7 +124,7 @@ void predict_volume(const Comm& world, const PredictOptions& o) {
                                                       << S << "^3 window; use a smaller --input-size");
 
   std::array<std::vector<int64_t>, 3> starts;
-  for (int d = 0; d < 3; ++d) starts[size_t(d)] = window_starts(E[size_t(d)], S, o.overlap);
+  for (int d = 0; d < 3; ++d) starts[size_t(d)] = window_starts(E[size_t(d)], S, o.window_overlap);
   std::vector<std::array<int64_t, 3>> windows;
   for (int64_t a : starts[0])
     for (int64_t b : starts[1])
@@ -132,7 +133,7 @@ void predict_volume(const Comm& world, const PredictOptions& o) {
   const int64_t G = grid.data_groups(), rounds = (int64_t(windows.size()) + G - 1) / G;
   if (say)
     std::printf("predict: %zu windows of %lld^3 (overlap %.2f) over %lldx%lldx%lld, %lld at a time (%s)\n",
-                windows.size(), (long long)S, o.overlap, (long long)E[0], (long long)E[1], (long long)E[2],
+                windows.size(), (long long)S, o.window_overlap, (long long)E[0], (long long)E[1], (long long)E[2],
                 (long long)G, grid.describe().c_str()),
         std::fflush(stdout);
 
@@ -157,7 +158,7 @@ void predict_volume(const Comm& world, const PredictOptions& o) {
       x.reshape_uninit({1, in.channels, be[0], be[1], be[2]});
       std::vector<float> unused(static_cast<size_t>(vol));
       src.load(0, file_box, x.data(), unused.data());
-      StepContext ctx = make_step_context(backend.get(), &grid, o.model.seed, o.overlap_halo, false, 0, 0, 1);
+      StepContext ctx = make_step_context(backend.get(), &grid, o.model.seed, o.halo_overlap, false, 0, 0, 1);
       const Tensor& y = net.forward(ctx, std::move(x));
       payload.resize(size_t(K * vol));
       for (int64_t z = 0; z < be[0]; ++z)

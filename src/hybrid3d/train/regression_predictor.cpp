@@ -205,7 +205,7 @@ void predict_regression(const Comm& world, const PredictOptions& o) {
     targets.assign(size_t(m * kP), 0.0f);
     for (int64_t s = 0; s < m; ++s)
       src.load(ids[size_t(lo + s)], block, x.data() + s * C * vol, targets.data() + s * kP);
-    StepContext ctx = make_step_context(backend.get(), &grid, o.model.seed, o.overlap_halo, false, 0, lo, m);
+    StepContext ctx = make_step_context(backend.get(), &grid, o.model.seed, o.halo_overlap, false, 0, lo, m);
     const Tensor& y = net.forward(ctx, std::move(x));
     H3D_CHECK(y.numel() == m * kP, "the model's output has " << y.numel() << " values for " << m << " samples");
     if (grid.spatial_rank() == 0)

@@ -11,8 +11,8 @@
 
 namespace h3d {
 
-// The gradient allreduce on a communication thread during backward, and the
-// halo exchange behind each block's interior: auto (on where it can help), on, off.
+// The gradient allreduce on a communication thread during backward: auto
+// (on unless the node's ranks x threads exceed its cores), on, off.
 enum class Overlap { kAuto, kOn, kOff };
 
 struct TrainOptions {
@@ -45,7 +45,10 @@ struct TrainOptions {
   bool prefetch = true;
   // How each rank gets its block of a file sample (see Hdf5Universes).
   std::string read_mode = "independent";
-  Overlap overlap = Overlap::kAuto;
+  Overlap allreduce_overlap = Overlap::kAuto;
+  // Exchange each layer's halo while its block's interior computes (off:
+  // blocking; the same bits either way).
+  bool halo_overlap = true;
   // Bitwise the same weights, buffers and losses under every layout (at
   // the same threads per rank): layers/deterministic.hpp.
   bool deterministic = false;

@@ -134,7 +134,7 @@ Trainer::Trainer(const Comm& world, TrainOptions o) : o_(std::move(o)) {
   if (o_.deterministic) use_deterministic_tiles(in, model_alignment(o_.model));
   net_.setup(in, *grid_);
   H3D_USAGE_CHECK(o_.bucket_mib > 0, "--allreduce-bucket-mib must be positive (for example 8)");
-  reducer_.plan(*grid_, net_.params_by_layer(), int64_t(o_.bucket_mib * (1 << 20)), o_.overlap,
+  reducer_.plan(*grid_, net_.params_by_layer(), int64_t(o_.bucket_mib * (1 << 20)), o_.allreduce_overlap,
                 omp_get_max_threads());
   block_ = in.dist.box(grid_->spatial_rank());
   if (!o_.init.empty()) load_network_weights(net_, o_.init, "--init");
@@ -454,7 +454,7 @@ std::string Trainer::first_nonfinite_gradient() {
 StepContext Trainer::step_context(int64_t step, bool training) const {
   int64_t lo, hi;
   local_range(lo, hi);
-  return make_step_context(backend_.get(), grid_.get(), o_.model.seed, o_.overlap != Overlap::kOff, training, step, lo,
+  return make_step_context(backend_.get(), grid_.get(), o_.model.seed, o_.halo_overlap, training, step, lo,
                            hi - lo);
 }
 
