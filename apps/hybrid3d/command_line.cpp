@@ -40,7 +40,7 @@ Overlap parse_overlap(const std::string& v, const char* flag, bool with_auto) {
 // The flags that choose and size the model: the same for train and predict
 // (predict needs the values training used).
 void add_model_flags(CLI::App* app, ModelOptions& m) {
-  app->add_option("--model", m.model, "cosmoflow | cosmoflow-lbann | unet3d")->capture_default_str();
+  app->add_option("--model", m.model, CommandLine::kModelNames)->capture_default_str();
   app->add_option("--input-size", m.input_size,
                   "side S of the cubic input volume (predict: unet3d's window side, as in training)")
       ->capture_default_str();

@@ -32,6 +32,10 @@ class CommandLine {
   // The subcommand given: "train", "generate", "preprocess" or "predict".
   std::string command() const;
 
+  // The --model names in the help. The parser stays light (no model
+  // code); the unit tests hold this to models/registry.hpp's names.
+  static constexpr const char* kModelNames = "cosmoflow | cosmoflow-lbann | unet3d";
+
   TrainOptions train;
   GenerateOptions generate;
   PreprocessOptions preprocess;

@@ -19,6 +19,7 @@
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/data/preprocess.hpp"
 #include "hybrid3d/data/universe_writer.hpp"
+#include "hybrid3d/models/registry.hpp"
 #include "hybrid3d/parallel/comm.hpp"
 #include "hybrid3d/train/checkpoint.hpp"
 #include "hybrid3d/train/predictor.hpp"

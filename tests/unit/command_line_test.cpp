@@ -9,6 +9,7 @@
 #include "command_line.hpp"
 #include "config_file.hpp"
 #include "hybrid3d/core/error.hpp"
+#include "hybrid3d/models/registry.hpp"
 
 using namespace h3d;
 
@@ -151,6 +152,14 @@ TEST(CommandLine, ModelAndLayoutFlagsTheSameForTrainAndPredict) {
     EXPECT_EQ(c == &train ? c->train.spatial : c->predict.spatial, (std::array<int, 3>{2, 1, 2}));
     EXPECT_EQ(c == &train ? c->train.backend : c->predict.backend, "ref");
   }
+}
+
+// The help lists the models the registry builds, no more, no fewer.
+TEST(CommandLine, ModelHelpListsTheRegistry) {
+  std::string names;
+  for (const auto& n : ModelRegistry::instance().names()) names += (names.empty() ? "" : " | ") + n;
+  EXPECT_EQ(names, CommandLine::kModelNames);
+  EXPECT_GE(ModelRegistry::instance().names().size(), 3u);
 }
 
 TEST(ConfigFile, NamesTheLineOfEachFault) {

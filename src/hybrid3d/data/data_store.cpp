@@ -70,4 +70,12 @@ int64_t default_cache_bytes(int ranks_on_node) {
   return avail / 4 / std::max(1, ranks_on_node);
 }
 
+std::string DataStore::usage() const {
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "%lld blocks from memory, %lld loaded, %.1f MiB kept (all sets: %.1f of %.1f MiB)",
+                (long long)hits_, (long long)misses_, double(bytes_) / (1 << 20), double(budget_->used()) / (1 << 20),
+                double(budget_->limit()) / (1 << 20));
+  return buf;
+}
+
 }  // namespace h3d

@@ -36,6 +36,8 @@ class DataStore : public SampleSource {
   int64_t misses() const { return misses_; }
   int64_t bytes() const { return bytes_; }  // kept by this store
   const CacheBudget& budget() const { return *budget_; }
+  // "N blocks from memory, M loaded, X MiB kept (all sets: Y of Z MiB)".
+  std::string usage() const;
 
  private:
   struct Entry {

@@ -35,7 +35,7 @@ class Hdf5Segmentation : public SampleSource {
   // read for its volume only (its targets come back 0; has_labels() says).
   Hdf5Segmentation(const Comm& comm, const std::string& path_or_glob, int64_t classes, IntensityWindow window,
                    const char* flag = "--data", bool require_labels = true);
-  bool has_labels() const { return has_labels_; }
+  bool has_labels() const override { return has_labels_; }
   int64_t size() const override { return int64_t(files_.size()); }
   std::array<int64_t, 3> extent() const override { return extent_; }
   int64_t channels() const override { return channels_; }

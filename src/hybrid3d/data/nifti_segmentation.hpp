@@ -34,7 +34,7 @@ class NiftiSegmentation : public SampleSource {
   int64_t classes() const override { return classes_; }
   void load(int64_t index, const Box& box, float* out, float* target) override;
   std::string describe() const override;
-  bool has_labels() const { return has_labels_; }
+  bool has_labels() const override { return has_labels_; }
   const std::string& image_path(int64_t index) const { return images_.at(size_t(index)); }
 
   // Whether `path` is NIfTI data: a .nii / .nii.gz file, or a directory

@@ -27,6 +27,9 @@ class SampleSource {
   // per voxel of the box (as float: exact for any class count).
   virtual int64_t classes() const { return 0; }
   int64_t targets_of(const Box& box) const { return classes() > 0 ? box.volume() : kTargets; }
+  // Whether the targets are real: a segmentation case read for prediction
+  // may come without its labels (then its targets are 0).
+  virtual bool has_labels() const { return true; }
   // out: [channels, box] (channels first), target: targets_of(box) values.
   virtual void load(int64_t index, const Box& box, float* out, float* target) = 0;
   virtual std::string describe() const = 0;

@@ -33,6 +33,7 @@ class Conv3d : public Layer {
   void release_saved() override { input_.release(); }
   std::vector<Param*> params() override;
   const Conv3dOptions& options() const { return o_; }
+  int64_t downsampling() const override { return o_.stride; }
 
  private:
   ConvDesc desc(int64_t n) const;

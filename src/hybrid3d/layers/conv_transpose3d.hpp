@@ -43,6 +43,7 @@ class ConvTranspose3d : public Layer {
   bool backward_reads_output() const override { return false; }
   std::vector<Param*> params() override;
   const ConvTranspose3dOptions& options() const { return o_; }
+  int64_t upsampling() const override { return o_.stride; }
 
  private:
   // The adjoint convolution (output space -> input space) on the padded output box.

@@ -119,6 +119,12 @@ class Layer {
   void set_input_grad_needed(bool needed) { input_grad_needed_ = needed; }
   virtual std::vector<Param*> params() { return {}; }
   virtual std::vector<StateBuffer*> buffers() { return {}; }
+  // How much coarser (downsampling) or finer (upsampling) the output grid
+  // is than the input's along each axis: a stride-2 convolution or pooling
+  // downsamples by 2, a stride-2 transposed convolution upsamples by 2.
+  // Network::alignment() multiplies them along the chain.
+  virtual int64_t downsampling() const { return 1; }
+  virtual int64_t upsampling() const { return 1; }
 
  protected:
   std::string name_;

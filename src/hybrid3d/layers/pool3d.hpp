@@ -24,6 +24,7 @@ class Pool3d : public Layer {
   bool backward_reads_output() const override { return false; }
   int64_t input_capacity_wish(int64_t n) const override { return input_.input_capacity(n * channels_); }
   void release_saved() override { input_.release(); }
+  int64_t downsampling() const override { return w_.s; }
 
  private:
   PoolDesc desc(int64_t n) const;

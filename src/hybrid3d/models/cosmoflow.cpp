@@ -1,5 +1,18 @@
-#include "hybrid3d/models/cosmoflow.hpp"
-
+// The CosmoFlow networks (registered in models/registry.cpp):
+//
+// "cosmoflow": the MLPerf HPC reference. For input side S (a power of two,
+// 32..512) and 4 channels, n = log2(S) - 2 blocks of
+//   Conv3d(k, stride 1, 'same', bias) -> [BatchNorm3d] -> LeakyReLU(0.3) -> MaxPool3d(2)
+// with min(32 * 2^i, 512) channels, then Flatten -> fc1(->128) -> LeakyReLU(0.3)
+// -> Dropout -> fc2(128->64) -> LeakyReLU(0.3) -> Dropout -> fc3(64->4) -> 1.2*tanh.
+//
+// "cosmoflow-lbann": the network of the paper's era in LBANN, S = 128, 256,
+// 512: seven Conv3d(k3, p1, no bias) with 16, 32, 64, 128 (stride 2), 256,
+// 256, 256 channels, each followed by LeakyReLU(0.01) [and BatchNorm3d before
+// it if asked]; AvgPool3d(3, 2, 1) after conv1..conv5 (and conv6 at 256,
+// conv6 and conv7 at 512), so the flatten is 256 * 2^3 = 2048; then
+// Dropout -> fc1(2048->2048) -> LeakyReLU -> Dropout -> fc2(2048->256) ->
+// LeakyReLU -> Dropout -> fc3(256->4).
 #include <string>
 
 #include "hybrid3d/core/error.hpp"
@@ -9,7 +22,7 @@
 #include "hybrid3d/layers/dropout.hpp"
 #include "hybrid3d/layers/linear.hpp"
 #include "hybrid3d/layers/pool3d.hpp"
-#include "hybrid3d/models/unet3d.hpp"
+#include "hybrid3d/models/registry.hpp"
 
 namespace h3d {
 
@@ -80,39 +93,11 @@ Network build_cosmoflow_lbann(const ModelOptions& o) {
 
 }  // namespace
 
-namespace {
-UNetOptions unet_options(const ModelOptions& o) {
-  UNetOptions u;
-  u.input_size = o.input_size;
-  u.in_channels = model_in_channels(o);
-  u.classes = o.classes;
-  u.base_channels = o.base_channels;
-  u.levels = o.levels;
-  u.seed = o.seed;
-  return u;
-}
-}  // namespace
-
-int64_t model_in_channels(const ModelOptions& o) {
-  if (o.in_channels > 0) return o.in_channels;
-  return o.model == "unet3d" ? 1 : 4;
-}
-
-Network build_model(const ModelOptions& given) {
-  H3D_USAGE_CHECK(given.in_channels >= 0, "--in-channels must be at least 1");
-  ModelOptions o = given;
-  o.in_channels = model_in_channels(given);
-  if (o.model == "cosmoflow") return build_cosmoflow(o);
-  if (o.model == "cosmoflow-lbann") return build_cosmoflow_lbann(o);
-  if (o.model == "unet3d") return build_unet3d(unet_options(o));
-  H3D_THROW(UsageError, "--model '" << o.model << "' is unknown; use cosmoflow, cosmoflow-lbann or unet3d");
-}
-
-int64_t model_alignment(const ModelOptions& o) {
-  if (o.model == "unet3d") return unet3d_alignment(unet_options(o));
-  if (o.model == "cosmoflow") return o.input_size / 4;
-  int pools = 5 + (o.input_size >= 256) + (o.input_size >= 512);
-  return int64_t(1) << (pools + 1);
+void register_cosmoflow_models(ModelRegistry& r) {
+  r.add({"cosmoflow", ModelTask::kRegression, 4, "the MLPerf HPC CosmoFlow reference network (input side 32..512)",
+         {"kernel-size", "batchnorm", "dropout"}, build_cosmoflow});
+  r.add({"cosmoflow-lbann", ModelTask::kRegression, 4, "the LBANN CosmoFlow network of the paper (128, 256, 512)",
+         {"batchnorm", "dropout"}, build_cosmoflow_lbann});
 }
 
 }  // namespace h3d

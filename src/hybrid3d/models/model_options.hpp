@@ -6,7 +6,7 @@
 namespace h3d {
 
 struct ModelOptions {
-  std::string model = "cosmoflow";  // cosmoflow | cosmoflow-lbann | unet3d
+  std::string model = "cosmoflow";  // a name in models/registry.hpp
   int64_t input_size = 128;
   int64_t in_channels = 0;  // 0: the model's own (4 for cosmoflow, 1 for unet3d)
   int64_t classes = 3, base_channels = 32;  // unet3d only
@@ -17,7 +17,5 @@ struct ModelOptions {
   uint64_t seed = 0;
 };
 
-// Whether the model segments (a class score per voxel) rather than regresses.
-inline bool is_segmentation(const ModelOptions& o) { return o.model == "unet3d"; }
 
 }  // namespace h3d

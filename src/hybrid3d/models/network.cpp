@@ -1,5 +1,6 @@
 #include "hybrid3d/models/network.hpp"
 
+#include <algorithm>
 #include <sstream>
 
 #include "hybrid3d/core/error.hpp"
@@ -109,6 +110,15 @@ std::string Network::summary() const {
   os << layers_.size() << " layers, " << nparams << " parameters, input " << input_.channels << "x"
      << input_.dist.describe();
   return os.str();
+}
+
+int64_t Network::alignment() const {
+  int64_t scale = 1, most = 1;
+  for (const auto& l : layers_) {
+    scale = scale * l->downsampling() / l->upsampling();
+    most = std::max(most, scale);
+  }
+  return most;
 }
 
 }  // namespace h3d

@@ -51,6 +51,11 @@ class Network {
   std::vector<std::vector<Param*>> params_by_layer();
   std::vector<StateBuffer*> buffers();
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
+  // The multiple that every block bound of the input must be so that each
+  // layer splits its blocks evenly: the largest product of the layers'
+  // downsampling (over their upsampling) along the chain, e.g. 2^levels
+  // for a U-Net. Known before setup(), which the input's distribution needs.
+  int64_t alignment() const;
   std::string summary() const;
 
  private:

@@ -11,6 +11,7 @@
 #include "hybrid3d/layers/conv_transpose3d.hpp"
 #include "hybrid3d/layers/pool3d.hpp"
 #include "hybrid3d/layers/skip.hpp"
+#include "hybrid3d/models/registry.hpp"
 
 namespace h3d {
 
@@ -65,6 +66,20 @@ Network build_unet3d(const UNetOptions& o) {
   }
   net.add(std::make_unique<Conv3d>("out", Conv3dOptions{cin, o.classes, 1, 1, Padding::kValid, true}, o.seed));
   return net;
+}
+
+void register_unet3d(ModelRegistry& r) {
+  r.add({"unet3d", ModelTask::kSegmentation, 1, "3D U-Net (Cicek et al. 2016): base width, levels, classes",
+         {"classes", "base-channels", "levels"}, [](const ModelOptions& o) {
+           UNetOptions u;
+           u.input_size = o.input_size;
+           u.in_channels = o.in_channels;
+           u.classes = o.classes;
+           u.base_channels = o.base_channels;
+           u.levels = o.levels;
+           u.seed = o.seed;
+           return build_unet3d(u);
+         }});
 }
 
 }  // namespace h3d

@@ -279,11 +279,15 @@ std::string run_on_root(const Comm& comm, const std::function<void()>& work) {
       if (failure.empty()) failure = "unknown error";
     }
   }
-  int64_t n = int64_t(failure.size());
-  comm.bcast(&n, sizeof n, 0);
-  failure.resize(size_t(n));
-  comm.bcast(&failure[0], n, 0);
+  broadcast_string(comm, failure, 0);
   return failure;
+}
+
+void broadcast_string(const Comm& comm, std::string& s, int root) {
+  int64_t n = int64_t(s.size());
+  comm.bcast(&n, sizeof n, root);
+  s.resize(size_t(n));
+  if (n > 0) comm.bcast(&s[0], n, root);
 }
 
 }  // namespace h3d

@@ -30,6 +30,8 @@ class Comm;
 // every rank returns what it threw (its what()), or "" if it succeeded, so
 // all can fail alike instead of leaving the others waiting. Collective.
 std::string run_on_root(const Comm& comm, const std::function<void()>& work);
+// `s` of rank `root` on every rank (collective).
+void broadcast_string(const Comm& comm, std::string& s, int root = 0);
 // Ranks of `world` on this node (collective), and the node's logical cores.
 int ranks_on_this_node(const Comm& world);
 int cores_on_this_node();

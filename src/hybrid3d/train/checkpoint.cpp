@@ -264,4 +264,34 @@ LoadedCheckpoint load_checkpoint(const std::string& path, Network& net, Optimize
   return out;
 }
 
+LoadedCheckpoint load_checkpoint_everywhere(const Comm& world, const std::string& path, Network& net, Optimizer& opt) {
+  LoadedCheckpoint c;
+  std::string run_text;
+  const std::string failure = run_on_root(world, [&] {
+    c = load_checkpoint(path, net, opt);
+    run_text = c.run.dump();
+  });
+  if (!failure.empty()) throw UsageError(failure);
+  world.bcast(&c.step, sizeof c.step, 0);
+  broadcast_string(world, run_text);
+  if (world.rank() != 0) c.run = nlohmann::json::parse(run_text);
+  for (auto* p : net.params()) world.bcast(p->value.data(), p->value.numel() * int64_t(sizeof(float)), 0);
+  for (auto* b : net.buffers()) world.bcast(b->value.data(), b->value.numel() * int64_t(sizeof(float)), 0);
+  OptimizerState st;
+  if (world.rank() == 0) st = opt.state(net.params());
+  int64_t count = int64_t(st.tensors.size());
+  world.bcast(&st.steps, sizeof st.steps, 0);
+  world.bcast(&count, sizeof count, 0);
+  st.tensors.resize(size_t(count));
+  for (auto& t : st.tensors) {
+    broadcast_string(world, t.first);
+    int64_t n = int64_t(t.second.size());
+    world.bcast(&n, sizeof n, 0);
+    t.second.resize(size_t(n));
+    world.bcast(t.second.data(), n * int64_t(sizeof(float)), 0);
+  }
+  if (world.rank() != 0) opt.load_state(net.params(), st);
+  return c;
+}
+
 }  // namespace h3d

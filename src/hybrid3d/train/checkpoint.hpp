@@ -19,14 +19,15 @@
 // A crash at any moment leaves the previous checkpoint whole. Only the
 // newest `keep` checkpoints are kept. Loading verifies every checksum; a
 // damaged checkpoint is reported and the one before it used. Only rank 0
-// calls these functions (Trainer broadcasts what it loads), so the
-// directory need only be on rank 0's node.
+// calls these functions but the last (which broadcasts what rank 0 loads),
+// so the directory need only be on rank 0's node.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/models/network.hpp"
+#include "hybrid3d/parallel/comm.hpp"
 #include "hybrid3d/train/optimizer.hpp"
 
 namespace h3d {
@@ -68,5 +69,10 @@ struct LoadedCheckpoint {
 };
 // Loads weights, buffers and optimizer state of a checkpoint found above.
 LoadedCheckpoint load_checkpoint(const std::string& path, Network& net, Optimizer& opt);
+
+// Collective: rank 0 loads `path` as above; every rank gets its weights,
+// buffers, optimizer state (the slots the optimizer saved) and run record
+// over `world`. A checkpoint rank 0 cannot load is a UsageError on every rank.
+LoadedCheckpoint load_checkpoint_everywhere(const Comm& world, const std::string& path, Network& net, Optimizer& opt);
 
 }  // namespace h3d

@@ -30,16 +30,18 @@ class Sgd : public Optimizer {
   explicit Sgd(OptimizerOptions o) : o_(o) {}
   void step(const std::vector<Param*>& params, double lr) override {
     for (auto* p : params) {
+      if (o_.momentum == 0.0) {  // no momentum buffer (PyTorch keeps none either)
+        for (int64_t i = 0; i < p->value.numel(); ++i)
+          p->value[i] -= float(lr) * (p->grad[i] + float(o_.weight_decay) * p->value[i]);
+        continue;
+      }
       auto& v = velocity_[p];
       bool first = v.empty();
       if (first) v.assign(size_t(p->value.numel()), 0.0f);
       for (int64_t i = 0; i < p->value.numel(); ++i) {
-        float g = p->grad[i] + float(o_.weight_decay) * p->value[i];
-        if (o_.momentum != 0.0) {
-          v[size_t(i)] = first ? g : float(o_.momentum) * v[size_t(i)] + g;
-          g = v[size_t(i)];
-        }
-        p->value[i] -= float(lr) * g;
+        const float g = p->grad[i] + float(o_.weight_decay) * p->value[i];
+        v[size_t(i)] = first ? g : float(o_.momentum) * v[size_t(i)] + g;
+        p->value[i] -= float(lr) * v[size_t(i)];
       }
     }
     ++steps_;
@@ -55,8 +57,10 @@ class Sgd : public Optimizer {
   }
   void load_state(const std::vector<Param*>& params, const OptimizerState& s) override {
     steps_ = s.steps;
-    for (auto* p : params) restore_slot(s, p, "momentum_buffer", velocity_[p]);
+    if (o_.momentum != 0.0)
+      for (auto* p : params) restore_slot(s, p, "momentum_buffer", velocity_[p]);
   }
+  int slots() const override { return o_.momentum != 0.0 ? 1 : 0; }
 
  private:
   OptimizerOptions o_;
@@ -97,6 +101,7 @@ class Adam : public Optimizer {
     }
     return s;
   }
+  int slots() const override { return 2; }
   void load_state(const std::vector<Param*>& params, const OptimizerState& s) override {
     t_ = s.steps;
     for (auto* p : params) {

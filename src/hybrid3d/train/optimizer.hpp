@@ -28,6 +28,8 @@ class Optimizer {
   virtual OptimizerState state(const std::vector<Param*>& params) const = 0;
   // Restores state(); a parameter without saved slots starts fresh.
   virtual void load_state(const std::vector<Param*>& params, const OptimizerState& s) = 0;
+  // Tensors of state per parameter (what a checkpoint of it holds).
+  virtual int slots() const = 0;
 };
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& o);

@@ -12,11 +12,11 @@
 
 #include "hybrid3d/backend/backend.hpp"
 #include "hybrid3d/core/error.hpp"
-#include "hybrid3d/data/hdf5_segmentation.hpp"
 #include "hybrid3d/data/hdf5_util.hpp"
 #include "hybrid3d/data/nifti_io.hpp"
 #include "hybrid3d/data/nifti_segmentation.hpp"
-#include "hybrid3d/models/cosmoflow.hpp"
+#include "hybrid3d/data/open_data.hpp"
+#include "hybrid3d/models/registry.hpp"
 #include "hybrid3d/parallel/output_dir.hpp"
 #include "hybrid3d/parallel/process_grid.hpp"
 #include "hybrid3d/train/network_weights.hpp"
@@ -72,24 +72,16 @@ void write_prediction(const std::string& path, const std::vector<uint8_t>& label
     H3D_THROW(Error, "cannot rename '" << tmp << "' to '" << path << "': " << std::strerror(errno));
 }
 
-// The case to segment, read at its own size: NIfTI or HDF5 (LiTS layout).
-struct Case {
-  std::unique_ptr<SampleSource> src;
-  bool labels = false;
-};
-Case open_case(const Comm& comm, const PredictOptions& o, int64_t classes) {
-  const IntensityWindow window = parse_intensity_window(o.intensity_window, "--intensity-window");
-  Case c;
-  if (NiftiSegmentation::recognises(o.input)) {
-    auto n = std::make_unique<NiftiSegmentation>(comm, o.input, classes, window, 0, "--input");
-    c.labels = n->has_labels();
-    c.src = std::move(n);
-  } else {
-    auto h = std::make_unique<Hdf5Segmentation>(comm, o.input, classes, window, "--input", false);
-    c.labels = h->has_labels();
-    c.src = std::move(h);
-  }
-  return c;
+// The case to segment, read at its own size: NIfTI or HDF5 (LiTS layout),
+// with or without its labels.
+std::unique_ptr<SampleSource> open_case(const Comm& comm, const PredictOptions& o) {
+  DataRequest r;
+  r.segmentation = true;
+  r.side = 0;
+  r.classes = o.model.classes;
+  r.intensity_window = o.intensity_window;
+  r.require_labels = false;
+  return open_dataset(comm, o.input, r, "--input");
 }
 
 }  // namespace
@@ -103,18 +95,14 @@ void predict_volume(const Comm& world, const PredictOptions& o) {
   require_writable_parent("--out", o.out);
   ProcessGrid grid(world, o.spatial);
   auto backend = make_backend(o.backend);
-  Network net = build_model(o.model);
   const int64_t S = o.model.input_size, K = o.model.classes;
-  ActShape in;
-  in.channels = model_in_channels(o.model);
-  in.dist = Distribution::balanced({S, S, S}, grid.spatial(), model_alignment(o.model));
-  in.dist.require_nonempty("input");
-  net.setup(in, grid);
+  Network net = build_model_for(o.model, {S, S, S}, grid);
+  const ActShape& in = net.input_shape();
   load_network_weights(net, o.init, "--init");
   const bool nifti_out = is_nifti_path(o.out);
   H3D_USAGE_CHECK(!(nifti_out && o.probabilities), "--probabilities needs an HDF5 --out (.h5); NIfTI holds the labels");
-  Case input = open_case(grid.group(), o, K);
-  SampleSource& src = *input.src;
+  const std::unique_ptr<SampleSource> input = open_case(grid.group(), o);
+  SampleSource& src = *input;
   H3D_USAGE_CHECK(src.size() == 1, "--input '" << o.input << "' holds " << src.size() << " cases; give one file");
   H3D_USAGE_CHECK(src.channels() == in.channels, "--input has " << src.channels() << " channels, the model "
                                                                 << in.channels << " (--in-channels)");
@@ -219,11 +207,11 @@ void predict_volume(const Comm& world, const PredictOptions& o) {
   // Labels of the whole case on rank 0, for the Dice (read before the
   // output is written: the output may replace nothing of the input).
   std::vector<float> truth;
-  if (root && input.labels) {
-    Case whole = open_case(Comm::self(), o, K);
+  if (root && src.has_labels()) {
+    const std::unique_ptr<SampleSource> whole = open_case(Comm::self(), o);
     std::vector<float> image(size_t(total * in.channels));
     truth.resize(size_t(total));
-    whole.src->load(0, Box{{Range{0, E[0]}, Range{0, E[1]}, Range{0, E[2]}}}, image.data(), truth.data());
+    whole->load(0, Box{{Range{0, E[0]}, Range{0, E[1]}, Range{0, E[2]}}}, image.data(), truth.data());
   }
   if (root) {
     std::vector<uint8_t> labels(static_cast<size_t>(total));

@@ -96,4 +96,17 @@ void report_profile(const ProcessGrid& grid, const std::vector<std::string>& lay
   std::fflush(stdout);
 }
 
+void start_profile(const std::vector<std::string>& layers) {
+  Profiler& profiler = Profiler::instance();
+  profiler.enable(true);
+  profiler.clear();
+  for (const auto& name : layers) {
+    profiler.declare(name + ".forward");
+    profiler.declare(name + ".backward");
+  }
+  for (const char* c : {prof::kHaloTotal, prof::kHaloExposed, prof::kAllreduceTotal, prof::kAllreduceExposed,
+                        prof::kDataWait, prof::kOptimizer, prof::kStep})
+    profiler.declare(c);
+}
+
 }  // namespace h3d

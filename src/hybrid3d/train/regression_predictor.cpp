@@ -14,8 +14,9 @@
 #include "hybrid3d/backend/backend.hpp"
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/data/hdf5_source.hpp"
+#include "hybrid3d/data/open_data.hpp"
 #include "hybrid3d/data/sampler.hpp"
-#include "hybrid3d/models/cosmoflow.hpp"
+#include "hybrid3d/models/registry.hpp"
 #include "hybrid3d/parallel/output_dir.hpp"
 #include "hybrid3d/parallel/process_grid.hpp"
 #include "hybrid3d/train/network_weights.hpp"
@@ -165,20 +166,13 @@ void predict_regression(const Comm& world, const PredictOptions& o) {
   Hdf5Universes src(grid.group(), o.data, parse_transform(o.transform), parse_read_mode(o.read_mode), "--data");
   const int64_t S = o.model.input_size;
   const auto ext = src.extent();
-  H3D_USAGE_CHECK(ext[0] == S && ext[1] == S && ext[2] == S,
-                  "the data (" << src.describe() << ") does not match --input-size " << S << "; use --input-size "
-                               << ext[0] << " (cubic samples, the size the model was trained at)");
-  H3D_USAGE_CHECK(src.channels() == model_in_channels(o.model),
-                  "the data has " << src.channels() << " channels, the model expects " << model_in_channels(o.model)
-                                  << " (--in-channels)");
+  DataRequest req;
+  req.side = S;
+  require_model_input(src, req, model_in_channels(o.model));
   const Origins origins = read_origins(src, o.data);
 
-  Network net = build_model(o.model);
-  ActShape in;
-  in.channels = model_in_channels(o.model);
-  in.dist = Distribution::balanced(ext, grid.spatial(), model_alignment(o.model));
-  in.dist.require_nonempty("input");
-  net.setup(in, grid);
+  Network net = build_model_for(o.model, ext, grid);
+  const ActShape& in = net.input_shape();
   load_network_weights(net, o.init, "--init");
 
   const bool root = world.rank() == 0, say = root && !o.quiet;
