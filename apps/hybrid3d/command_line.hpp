@@ -34,7 +34,7 @@ class CommandLine {
 
   // The --model names in the help. The parser stays light (no model
   // code); the unit tests hold this to models/registry.hpp's names.
-  static constexpr const char* kModelNames = "cosmoflow | cosmoflow-lbann | unet3d";
+  static constexpr const char* kModelNames = "cosmoflow | cosmoflow-lbann | resnet3d | unet3d";
 
   TrainOptions train;
   GenerateOptions generate;

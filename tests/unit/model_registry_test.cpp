@@ -13,9 +13,9 @@ using namespace h3d;
 
 TEST(ModelRegistry, FindsEveryModelWithItsTaskAndChannels) {
   const auto& r = ModelRegistry::instance();
-  ASSERT_EQ(r.names(), (std::vector<std::string>{"cosmoflow", "cosmoflow-lbann", "unet3d"}));
+  ASSERT_EQ(r.names(), (std::vector<std::string>{"cosmoflow", "cosmoflow-lbann", "resnet3d", "unet3d"}));
   ModelOptions o;
-  for (const std::string name : {"cosmoflow", "cosmoflow-lbann"}) {
+  for (const std::string name : {"cosmoflow", "cosmoflow-lbann", "resnet3d"}) {
     o.model = name;
     EXPECT_FALSE(is_segmentation(o)) << name;
     EXPECT_EQ(model_in_channels(o), 4) << name;
@@ -35,7 +35,7 @@ TEST(ModelRegistry, UnknownNameListsTheKnownOnes) {
     build_model(o);
     ADD_FAILURE() << "built an unknown model";
   } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("use cosmoflow, cosmoflow-lbann, unet3d"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("use cosmoflow, cosmoflow-lbann, resnet3d, unet3d"), std::string::npos) << e.what();
   }
   EXPECT_THROW(is_segmentation(o), UsageError);
 }
@@ -56,13 +56,19 @@ TEST(NetworkAlignment, FromTheLayersStrides) {
     EXPECT_EQ(build_model(o).alignment(), int64_t(1) << (pools + 1)) << "cosmoflow-lbann " << s;
     ++checked;
   }
-  o.model = "unet3d";
+  o.model = "resnet3d";
   o.base_channels = 2;
+  for (int64_t s : {16, 32, 64}) {  // the stem's pool and three stride-2 stages
+    o.input_size = s;
+    EXPECT_EQ(build_model(o).alignment(), 16) << "resnet3d " << s;
+    ++checked;
+  }
+  o.model = "unet3d";
   for (int levels : {1, 2, 3, 4}) {
     o.levels = levels;
     o.input_size = int64_t(16) << levels;
     EXPECT_EQ(build_model(o).alignment(), int64_t(1) << levels) << "unet3d " << levels << " levels";
     ++checked;
   }
-  EXPECT_EQ(checked, 12);
+  EXPECT_EQ(checked, 15);
 }

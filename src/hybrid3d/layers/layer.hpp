@@ -64,7 +64,7 @@ struct StepContext {
   int64_t step = 0;
   std::vector<int64_t> batch_positions;  // position in the global mini-batch of each local sample
   // Window layers compute their interior while the halo travels (off: the
-  // blocking baseline that --overlap off measures).
+  // blocking baseline that --halo-overlap off measures).
   bool overlap_halo = true;
 };
 

@@ -11,6 +11,7 @@ const ModelRegistry& ModelRegistry::instance() {
   static const ModelRegistry registry = [] {
     ModelRegistry r;
     register_cosmoflow_models(r);
+    register_resnet3d(r);
     register_unet3d(r);
     return r;
   }();

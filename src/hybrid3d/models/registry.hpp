@@ -45,6 +45,7 @@ class ModelRegistry {
 
 // Each model family's registration (in its own file).
 void register_cosmoflow_models(ModelRegistry& r);  // cosmoflow, cosmoflow-lbann
+void register_resnet3d(ModelRegistry& r);
 void register_unet3d(ModelRegistry& r);
 
 // Whether the model segments (a class score per voxel) rather than regresses.
