@@ -19,6 +19,7 @@
 #include "hybrid3d/layers/dropout.hpp"
 #include "hybrid3d/layers/linear.hpp"
 #include "hybrid3d/layers/pool3d.hpp"
+#include "hybrid3d/layers/residual.hpp"
 #include "hybrid3d/layers/skip.hpp"
 #include "hybrid3d/models/network.hpp"
 #include "composite_layer.hpp"
@@ -214,6 +215,64 @@ TEST(SkipConnection, NetworkMemoryPlanEqualsPlainPath) {
   auto pp = plain->params(), np = net.params();
   ASSERT_EQ(pp.size(), np.size());
   for (size_t i = 0; i < pp.size(); ++i) EXPECT_LT(test::rel_diff(np[i]->grad, pp[i]->grad), 1e-6) << np[i]->name;
+}
+
+// A ResNet block in miniature: the skip keeps x, a conv and an activation
+// change it, ResidualAdd adds x back through the identity or through a
+// projection (k1 stride 2 conv + batch norm) when the conv has stride 2.
+template <typename Add>
+void add_residual_block(Add add, bool projection, uint64_t seed) {
+  auto link = std::make_shared<SkipLink>();
+  const int64_t cout = projection ? 3 : 2;
+  const int stride = projection ? 2 : 1;
+  add(std::make_unique<SkipSource>("in", link));
+  add(std::make_unique<Conv3d>("conv", Conv3dOptions{2, cout, 3, stride, Padding::kHalf, false}, seed));
+  add(std::make_unique<Activation>("act", ActKind::kTanh));
+  if (projection)
+    add(std::make_unique<ResidualAdd>("add", link, "downsample", Projection{2, cout, stride}, seed));
+  else
+    add(std::make_unique<ResidualAdd>("add", link));
+}
+
+std::unique_ptr<test::Composite> residual_block(bool projection, uint64_t seed) {
+  auto c = std::make_unique<test::Composite>("block");
+  add_residual_block([&](std::unique_ptr<Layer> l) { c->add(std::move(l)); }, projection, seed);
+  return c;
+}
+
+TEST(GradCheck, ResidualIdentityAndProjection) {
+  for (bool projection : {false, true}) {
+    auto block = residual_block(projection, 4);
+    check_gradients(*block, spatial(2, {4, 6, 4}), input(2, 2, {4, 6, 4}));
+    EXPECT_EQ(block->params().size(), projection ? 4u : 1u);  // conv (+ projection conv, bn weight, bn bias)
+  }
+}
+
+// Both blocks through Network's memory plan (the in-place add, the link's
+// gradient joining at the entry) give the plain path's output and gradients.
+TEST(Residual, NetworkMemoryPlanEqualsPlainPath) {
+  for (bool projection : {false, true}) {
+    Harness h;
+    const std::array<int64_t, 3> e{4, 6, 4};
+    auto plain = residual_block(projection, 5);
+    plain->setup(spatial(2, e), h.grid);
+    Network net;
+    net.add(std::make_unique<Activation>("pre", ActKind::kScale, 1.0f));
+    add_residual_block([&](std::unique_ptr<Layer> l) { net.add(std::move(l)); }, projection, 5);
+    net.setup(spatial(2, e), h.grid);
+    Tensor x = input(2, 2, e), y_plain, dx;
+    auto ctx = h.ctx();
+    plain->forward(ctx, x, y_plain);
+    const Tensor y = net.forward(ctx, x);
+    EXPECT_LT(test::rel_diff(y, y_plain), 1e-6) << (projection ? "projection" : "identity");
+    Tensor dy(y.shape());
+    for (int64_t i = 0; i < dy.numel(); ++i) dy[i] = float(2 * uniform01(8, 1, uint64_t(i)) - 1);
+    plain->backward(ctx, x, y_plain, dy, dx);
+    net.backward(ctx, dy);
+    auto pp = plain->params(), np = net.params();
+    ASSERT_EQ(pp.size(), np.size());
+    for (size_t i = 0; i < pp.size(); ++i) EXPECT_LT(test::rel_diff(np[i]->grad, pp[i]->grad), 1e-6) << np[i]->name;
+  }
 }
 
 TEST(GradCheck, Pooling) {
