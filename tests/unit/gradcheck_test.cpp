@@ -187,13 +187,32 @@ TEST(GradCheck, SkipConnection) {
   check_gradients(*block, spatial(2, {4, 6, 4}), input(2, 2, {4, 6, 4}));
 }
 
+// `net` (through its memory plan: in-place and consuming paths) gives the
+// output and parameter gradients of `plain` (every activation kept) on the
+// same input of 2 samples, 2 channels, 4x6x4.
+void expect_plan_equals_plain(Layer& plain, Network& net, const std::string& what) {
+  Harness h;
+  const std::array<int64_t, 3> e{4, 6, 4};
+  plain.setup(spatial(2, e), h.grid);
+  net.setup(spatial(2, e), h.grid);
+  Tensor x = input(2, 2, e), y_plain, dx;
+  auto ctx = h.ctx();
+  plain.forward(ctx, x, y_plain);
+  const Tensor y = net.forward(ctx, x);
+  EXPECT_LT(test::rel_diff(y, y_plain), 1e-6) << what;
+  Tensor dy(y.shape());
+  for (int64_t i = 0; i < dy.numel(); ++i) dy[i] = float(2 * uniform01(8, 1, uint64_t(i)) - 1);
+  plain.backward(ctx, x, y_plain, dy, dx);
+  net.backward(ctx, dy);
+  auto pp = plain.params(), np = net.params();
+  ASSERT_EQ(pp.size(), np.size()) << what;
+  for (size_t i = 0; i < pp.size(); ++i)
+    EXPECT_LT(test::rel_diff(np[i]->grad, pp[i]->grad), 1e-6) << what << ": " << np[i]->name;
+}
+
 // The same block through Network's memory plan (in-place and consuming
 // paths) gives the output and parameter gradients of the plain path.
 TEST(SkipConnection, NetworkMemoryPlanEqualsPlainPath) {
-  Harness h;
-  const std::array<int64_t, 3> e{4, 6, 4};
-  auto plain = skip_block(3);
-  plain->setup(spatial(2, e), h.grid);
   Network net;
   auto link = std::make_shared<SkipLink>();
   net.add(std::make_unique<Activation>("pre", ActKind::kScale, 1.0f));
@@ -202,19 +221,7 @@ TEST(SkipConnection, NetworkMemoryPlanEqualsPlainPath) {
   net.add(std::make_unique<Activation>("act", ActKind::kTanh));
   net.add(std::make_unique<ConvTranspose3d>("up", ConvTranspose3dOptions{3, 2, 2, 2, 0, 0, false}, 3));
   net.add(std::make_unique<SkipConcat>("cat", link));
-  net.setup(spatial(2, e), h.grid);
-  Tensor x = input(2, 2, e), y_plain, dx;
-  auto ctx = h.ctx();
-  plain->forward(ctx, x, y_plain);
-  const Tensor y = net.forward(ctx, x);
-  EXPECT_LT(test::rel_diff(y, y_plain), 1e-6);
-  Tensor dy(y.shape());
-  for (int64_t i = 0; i < dy.numel(); ++i) dy[i] = float(2 * uniform01(8, 1, uint64_t(i)) - 1);
-  plain->backward(ctx, x, y_plain, dy, dx);
-  net.backward(ctx, dy);
-  auto pp = plain->params(), np = net.params();
-  ASSERT_EQ(pp.size(), np.size());
-  for (size_t i = 0; i < pp.size(); ++i) EXPECT_LT(test::rel_diff(np[i]->grad, pp[i]->grad), 1e-6) << np[i]->name;
+  expect_plan_equals_plain(*skip_block(3), net, "skip block");
 }
 
 // A ResNet block in miniature: the skip keeps x, a conv and an activation
@@ -252,26 +259,10 @@ TEST(GradCheck, ResidualIdentityAndProjection) {
 // gradient joining at the entry) give the plain path's output and gradients.
 TEST(Residual, NetworkMemoryPlanEqualsPlainPath) {
   for (bool projection : {false, true}) {
-    Harness h;
-    const std::array<int64_t, 3> e{4, 6, 4};
-    auto plain = residual_block(projection, 5);
-    plain->setup(spatial(2, e), h.grid);
     Network net;
     net.add(std::make_unique<Activation>("pre", ActKind::kScale, 1.0f));
     add_residual_block([&](std::unique_ptr<Layer> l) { net.add(std::move(l)); }, projection, 5);
-    net.setup(spatial(2, e), h.grid);
-    Tensor x = input(2, 2, e), y_plain, dx;
-    auto ctx = h.ctx();
-    plain->forward(ctx, x, y_plain);
-    const Tensor y = net.forward(ctx, x);
-    EXPECT_LT(test::rel_diff(y, y_plain), 1e-6) << (projection ? "projection" : "identity");
-    Tensor dy(y.shape());
-    for (int64_t i = 0; i < dy.numel(); ++i) dy[i] = float(2 * uniform01(8, 1, uint64_t(i)) - 1);
-    plain->backward(ctx, x, y_plain, dy, dx);
-    net.backward(ctx, dy);
-    auto pp = plain->params(), np = net.params();
-    ASSERT_EQ(pp.size(), np.size());
-    for (size_t i = 0; i < pp.size(); ++i) EXPECT_LT(test::rel_diff(np[i]->grad, pp[i]->grad), 1e-6) << np[i]->name;
+    expect_plan_equals_plain(*residual_block(projection, 5), net, projection ? "projection" : "identity");
   }
 }
 
