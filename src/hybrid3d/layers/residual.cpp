@@ -60,7 +60,12 @@ void ResidualAdd::forward_consuming(StepContext& ctx, Tensor& x, Tensor& y) {
   add_shortcut(ctx, y);
 }
 
-void ResidualAdd::backward(StepContext& ctx, const Tensor&, const Tensor&, const Tensor& dy, Tensor& dx) {
+void ResidualAdd::backward(StepContext& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
+  Tensor g = dy;
+  backward_consuming(ctx, x, y, g, dx);
+}
+
+void ResidualAdd::backward_consuming(StepContext& ctx, const Tensor&, const Tensor&, Tensor& dy, Tensor& dx) {
   if (conv_) {
     Tensor d_conv;
     bn_->backward(ctx, conv_out_, Tensor(), dy, d_conv);
@@ -69,7 +74,7 @@ void ResidualAdd::backward(StepContext& ctx, const Tensor&, const Tensor&, const
   } else {
     link_->grad = dy;
   }
-  dx = dy;
+  dx = std::move(dy);
 }
 
 void ResidualAdd::release_saved() {

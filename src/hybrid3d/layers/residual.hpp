@@ -41,6 +41,8 @@ class ResidualAdd : public Layer {
   void forward(StepContext& ctx, const Tensor& x, Tensor& y) override;
   void forward_consuming(StepContext& ctx, Tensor& x, Tensor& y) override;
   void backward(StepContext& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+  // dy passes down the chain in its own buffer (the shortcut gets a copy).
+  void backward_consuming(StepContext& ctx, const Tensor& x, const Tensor& y, Tensor& dy, Tensor& dx) override;
   bool backward_reads_input() const override { return false; }
   bool backward_reads_output() const override { return false; }
   bool in_place() const override { return true; }

@@ -25,8 +25,7 @@ std::shared_ptr<SampleSource> open_set(const Comm& group, const std::string& spe
   return kept;
 }
 
-}  // namespace
-
+// What a model of `m` asks of its data.
 DataRequest data_request(const ModelOptions& m, const std::string& transform, const std::string& read_mode,
                          const std::string& intensity_window) {
   DataRequest r;
@@ -39,6 +38,8 @@ DataRequest data_request(const ModelOptions& m, const std::string& transform, co
   r.intensity_window = intensity_window;
   return r;
 }
+
+}  // namespace
 
 TrainingData open_training_data(const Comm& world, const Comm& group, TrainOptions& o) {
   const bool split = o.val_fraction > 0 || o.test_fraction > 0;
@@ -90,15 +91,17 @@ TrainingData open_training_data(const Comm& world, const Comm& group, TrainOptio
   // for training with --random-crop, at the centre otherwise), and flipped.
   H3D_USAGE_CHECK(!(o.random_crop || o.flip) || req.segmentation,
                   "--random-crop and --flip are for segmentation models (--model unet3d)");
-  if (!req.segmentation) return d;
-  const int64_t S = o.model.input_size;
-  const std::array<int64_t, 3> cube{S, S, S};
-  if (o.random_crop || o.flip || d.train->extent() != cube) {
-    d.train = std::make_shared<AugmentedSource>(d.train, S, o.model.seed, o.random_crop, o.flip);
-    d.augmented = true;
+  if (req.segmentation) {
+    const int64_t S = o.model.input_size;
+    const std::array<int64_t, 3> cube{S, S, S};
+    if (o.random_crop || o.flip || d.train->extent() != cube) {
+      d.train = std::make_shared<AugmentedSource>(d.train, S, o.model.seed, o.random_crop, o.flip);
+      d.augmented = true;
+    }
+    for (auto* src : {&d.val, &d.test})
+      if (*src && (*src)->extent() != cube) *src = std::make_shared<AugmentedSource>(*src, S, o.model.seed, false, false);
   }
-  for (auto* src : {&d.val, &d.test})
-    if (*src && (*src)->extent() != cube) *src = std::make_shared<AugmentedSource>(*src, S, o.model.seed, false, false);
+  require_model_input(*d.train, req, model_in_channels(o.model));
   return d;
 }
 

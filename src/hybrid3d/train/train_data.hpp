@@ -21,12 +21,9 @@ struct TrainingData {
   bool augmented = false;  // training ids carry the epoch (AugmentedSource)
 };
 
-// What a model of `o` asks of its data.
-DataRequest data_request(const ModelOptions& m, const std::string& transform, const std::string& read_mode,
-                         const std::string& intensity_window);
-
 // Collective over `world` (staging, the budget) and `group` (the readers).
 // With --stage-dir, o.data, o.val_data and o.test_data become the copies.
+// UsageError unless the training samples fit the model's input.
 TrainingData open_training_data(const Comm& world, const Comm& group, TrainOptions& o);
 
 }  // namespace h3d

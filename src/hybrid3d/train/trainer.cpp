@@ -53,8 +53,6 @@ Trainer::Trainer(const Comm& world, TrainOptions o) : o_(std::move(o)) {
       load_batch(*data_.train, ids, x, t);
     });
   const SampleSource& train = *data_.train;
-  const DataRequest req = data_request(o_.model, o_.transform, o_.read_mode, o_.intensity_window);
-  require_model_input(train, req, model_in_channels(o_.model));
   task_->validate(train);
   for (const auto* src : {data_.val.get(), data_.test.get()})
     if (src)
