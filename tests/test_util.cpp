@@ -5,7 +5,7 @@
 #include <stdexcept>
 
 #include "hybrid3d/core/rng.hpp"
-#include "hybrid3d/parallel/box_copy.hpp"
+#include "hybrid3d/core/box_kernels.hpp"
 
 namespace h3d::test {
 
@@ -31,7 +31,7 @@ Tensor block_of(const Tensor& whole, const Box& box, int64_t s0, int64_t n) {
   std::copy(whole.data() + s0 * per, whole.data() + (s0 + n) * per, part.data());
   auto e = box.extents();
   Tensor out({n, whole.dim(1), e[0], e[1], e[2]});
-  copy_box(part, all, out, box, box);
+  host_box_kernels().copy_box(part.data(), all, out.data(), box, box, n * whole.dim(1), CopyMode::kAssign);
   return out;
 }
 

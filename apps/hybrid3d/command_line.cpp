@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "config_file.hpp"
+#include "hybrid3d/backend/registry.hpp"
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/parallel/parse_spatial.hpp"
 
@@ -69,7 +70,7 @@ void CommandLine::add_layout_flags(CLI::App* app, LayoutFlags& f, std::string& b
                   "on | off: exchange each layer's halo while its block's interior computes (off: blocking); "
                   "on and off give the same bits (docs/parallelism.md)")
       ->capture_default_str();
-  app->add_option("--backend", backend, "cpu (oneDNN) | ref (reference loops)")->capture_default_str();
+  app->add_option("--backend", backend, backend_help())->capture_default_str();
   // Split in two (issue 15); a hidden flag so that the old one gets a clear error, not "unknown option".
   app->add_option("--overlap", f.old_overlap)->group("");
 }

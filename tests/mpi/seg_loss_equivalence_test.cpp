@@ -3,6 +3,7 @@
 // the serial metrics and its block of the serial gradient.
 #include <gtest/gtest.h>
 
+#include "hybrid3d/backend/cpu/cpu_backend.hpp"
 #include "hybrid3d/core/rng.hpp"
 #include "hybrid3d/parallel/distribution.hpp"
 #include "hybrid3d/parallel/process_grid.hpp"
@@ -34,6 +35,7 @@ std::vector<int32_t> labels_of(const Box& box, int64_t s0, int64_t n) {
 
 TEST(SegLossEquivalence, EveryLayoutGivesTheSerialLossGradientAndMetrics) {
   Comm world = Comm::borrow(MPI_COMM_WORLD), self = Comm::borrow(MPI_COMM_SELF);
+  CpuBackend cpu;
   const Box whole{{Range{0, kExtent[0]}, Range{0, kExtent[1]}, Range{0, kExtent[2]}}};
   for (const char* kind : {"ce", "dice", "ce+dice"}) {
     SegLossOptions o;
@@ -42,7 +44,7 @@ TEST(SegLossEquivalence, EveryLayoutGivesTheSerialLossGradientAndMetrics) {
     o.class_weights = {0.3f, 1.0f, 2.5f};
     Tensor z_all = test::global_random(5, kBatch, kClasses, whole, kExtent), dz_all;
     const std::vector<int32_t> y_all = labels_of(whole, 0, kBatch);
-    const SegLossValue serial = segmentation_loss(self, o, z_all, y_all, dz_all);
+    const SegLossValue serial = segmentation_loss(cpu, self, o, z_all, y_all, dz_all);
     SegMetrics m_serial(kClasses);
     m_serial.add(z_all, y_all, 7);
     for (auto layout : test::layouts_for(world.size())) {
@@ -52,7 +54,7 @@ TEST(SegLossEquivalence, EveryLayoutGivesTheSerialLossGradientAndMetrics) {
       const int64_t hi = (grid.group_index() + 1) * kBatch / grid.data_groups();
       Tensor z = test::global_random(5, hi - lo, kClasses, box, kExtent, lo), dz;
       const std::vector<int32_t> y = labels_of(box, lo, hi - lo);
-      const SegLossValue v = segmentation_loss(world, o, z, y, dz);
+      const SegLossValue v = segmentation_loss(cpu, world, o, z, y, dz);
       const std::string tag = std::string(kind) + " on " + test::name(layout);
       EXPECT_NEAR(v.loss, serial.loss, 1e-12 * std::abs(serial.loss)) << tag;
       EXPECT_LT(test::rel_diff(dz, test::block_of(dz_all, box, lo, hi - lo)), 1e-9) << tag;

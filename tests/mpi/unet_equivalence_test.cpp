@@ -130,12 +130,12 @@ Snapshot two_steps(const Comm& comm, std::array<int, 3> layout, const Config& cf
     const Tensor& y = net.forward(ctx, std::move(x));
     if (step == 0) s.output = y;
     Tensor dy;
-    s.losses[step] = float(segmentation_loss(grid.world(), lo, y, labels, dy).loss);
+    s.losses[step] = float(segmentation_loss(backend, grid.world(), lo, y, labels, dy).loss);
     net.backward(ctx, std::move(dy), [&](const std::vector<Param*>& ps) { reducer.ready(ps); });
     reducer.finish();
     if (step == 0)
       for (auto* p : net.params()) s.grads.push_back(p->grad);
-    opt->step(net.params(), cfg.lr);
+    opt->step(backend, net.params(), cfg.lr);
   }
   for (auto* p : net.params()) s.weights.push_back(p->value), s.names.push_back(p->name);
   return s;

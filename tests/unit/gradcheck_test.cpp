@@ -9,8 +9,8 @@
 #include <functional>
 #include <memory>
 
-#include "hybrid3d/backend/cpu/cpu_backend.hpp"
 #include "hybrid3d/backend/ref/ref_backend.hpp"
+#include "hybrid3d/backend/registry.hpp"
 #include "hybrid3d/core/rng.hpp"
 #include "hybrid3d/layers/activation.hpp"
 #include "hybrid3d/layers/batchnorm3d.hpp"
@@ -144,21 +144,24 @@ const TransposeCase kTransposeCases[] = {{2, 2, 0, 0, true}, {3, 2, 1, 1, false}
 
 TEST(ConvTranspose3d, EqualsTheDefinition) {
   Harness h;
-  CpuBackend cpu;
-  for (Backend* backend : {static_cast<Backend*>(&h.ref), static_cast<Backend*>(&cpu)})
-  for (const auto& c : kTransposeCases) {
-    ConvTranspose3d up("up", {2, 3, c.k, c.s, c.p, c.op, c.bias}, 4);
-    const std::array<int64_t, 3> e{3, 4, 5};
-    up.setup(spatial(2, e), h.grid);
-    Tensor x = input(2, 2, e), y;
-    auto ctx = h.ctx();
-    ctx.backend = backend;
-    up.forward(ctx, x, y);
-    auto ps = up.params();
-    Tensor want = conv_transpose_direct(x, ps[0]->value, c.bias ? &ps[1]->value : nullptr, c.s, c.p, c.op);
-    ASSERT_EQ(y.shape(), want.shape()) << "k" << c.k << " s" << c.s;
-    EXPECT_LT(test::rel_diff(y, want), 1e-6)
-        << backend->name() << " k" << c.k << " s" << c.s << " p" << c.p << " op" << c.op;
+  std::vector<std::unique_ptr<Backend>> registered;  // every backend of the registry, ref included
+  for (const auto& name : backend_names()) registered.push_back(make_backend(name));
+  for (auto& owned : registered) {
+    Backend* backend = owned.get();
+    for (const auto& c : kTransposeCases) {
+      ConvTranspose3d up("up", {2, 3, c.k, c.s, c.p, c.op, c.bias}, 4);
+      const std::array<int64_t, 3> e{3, 4, 5};
+      up.setup(spatial(2, e), h.grid);
+      Tensor x = input(2, 2, e), y;
+      auto ctx = h.ctx();
+      ctx.backend = backend;
+      up.forward(ctx, x, y);
+      auto ps = up.params();
+      Tensor want = conv_transpose_direct(x, ps[0]->value, c.bias ? &ps[1]->value : nullptr, c.s, c.p, c.op);
+      ASSERT_EQ(y.shape(), want.shape()) << "k" << c.k << " s" << c.s;
+      EXPECT_LT(test::rel_diff(y, want), 1e-6)
+          << backend->name() << " k" << c.k << " s" << c.s << " p" << c.p << " op" << c.op;
+    }
   }
 }
 

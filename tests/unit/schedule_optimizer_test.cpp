@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "hybrid3d/backend/ref/ref_backend.hpp"
 #include "hybrid3d/train/lr_schedule.hpp"
 #include "hybrid3d/train/optimizer.hpp"
 
@@ -29,16 +30,17 @@ TEST(LrSchedule, MlperfAndPoly) {
 }
 
 TEST(Optimizers, SgdMomentumAndAdamByHand) {
+  RefBackend ref;
   Param p{"w", Tensor({1}, 1.0f), Tensor({1}, 0.5f), GradReduce::kPartialSum};
   auto sgd = make_optimizer({"sgd", 0.9, 0.0});
-  sgd->step({&p}, 0.1);  // v = 0.5
+  sgd->step(ref, {&p}, 0.1);  // v = 0.5
   EXPECT_FLOAT_EQ(p.value[0], 0.95f);
-  sgd->step({&p}, 0.1);  // v = 0.9*0.5 + 0.5 = 0.95
+  sgd->step(ref, {&p}, 0.1);  // v = 0.9*0.5 + 0.5 = 0.95
   EXPECT_FLOAT_EQ(p.value[0], 0.95f - 0.095f);
   Param q{"w", Tensor({1}, 1.0f), Tensor({1}, 0.5f), GradReduce::kPartialSum};
   OptimizerOptions ao;
   ao.kind = "adam";
   auto adam = make_optimizer(ao);
-  adam->step({&q}, 0.1);  // first Adam step moves by lr * sign(g) (up to eps)
+  adam->step(ref, {&q}, 0.1);  // first Adam step moves by lr * sign(g) (up to eps)
   EXPECT_NEAR(q.value[0], 0.9f, 1e-6);
 }

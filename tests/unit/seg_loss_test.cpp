@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "hybrid3d/backend/ref/ref_backend.hpp"
 #include "hybrid3d/core/rng.hpp"
 #include "hybrid3d/train/seg_loss.hpp"
 #include "test_util.hpp"
@@ -75,31 +76,33 @@ std::vector<SegLossOptions> cases() {
 
 TEST(SegLoss, EqualsTheDefinitionOnTheWholeVolume) {
   Comm self = Comm::borrow(MPI_COMM_SELF);
+  RefBackend ref;
   for (auto o : cases()) {
     Tensor z = logits(2), dz;
     std::vector<int32_t> y = labels(2);
     if (o.ignore_label != 7)
       for (auto& t : y) t = t == 7 ? 1 : t;  // no ignore label here: every voxel a class
-    const SegLossValue v = segmentation_loss(self, o, z, y, dz);
+    const SegLossValue v = segmentation_loss(ref, self, o, z, y, dz);
     EXPECT_NEAR(v.loss, direct(o, z, y), 1e-12 * std::abs(v.loss)) << o.kind;
   }
 }
 
 TEST(SegLoss, GradientEqualsFiniteDifferences) {
   Comm self = Comm::borrow(MPI_COMM_SELF);
+  RefBackend ref;
   for (auto o : cases()) {
     Tensor z = logits(2), dz, unused;
     const std::vector<int32_t> y = labels(2);
     if (o.ignore_label != 7) o.ignore_label = 7;
-    segmentation_loss(self, o, z, y, dz);
+    segmentation_loss(ref, self, o, z, y, dz);
     for (int t = 0; t < 40; ++t) {
       const int64_t i = int64_t(hash_key(5, 9, uint64_t(t)) % uint64_t(z.numel()));
       const float keep = z[i];
       const double h = 1e-2;
       z[i] = keep + float(h);
-      const double lp = segmentation_loss(self, o, z, y, unused).loss;
+      const double lp = segmentation_loss(ref, self, o, z, y, unused).loss;
       z[i] = keep - float(h);
-      const double lm = segmentation_loss(self, o, z, y, unused).loss;
+      const double lm = segmentation_loss(ref, self, o, z, y, unused).loss;
       z[i] = keep;
       const double fd = (lp - lm) / (2 * h);
       EXPECT_NEAR(dz[i], fd, 1e-5 + 2e-3 * std::abs(fd)) << o.kind << " element " << i;
@@ -109,11 +112,12 @@ TEST(SegLoss, GradientEqualsFiniteDifferences) {
 
 TEST(SegLoss, BadLabelsAndOptions) {
   Comm self = Comm::borrow(MPI_COMM_SELF);
+  RefBackend ref;
   Tensor z = logits(1), dz;
   std::vector<int32_t> y(size_t(kVol), 1);
   y[5] = 3;  // outside 0..2
   SegLossOptions o;
-  EXPECT_THROW(segmentation_loss(self, o, z, y, dz), UsageError);
+  EXPECT_THROW(segmentation_loss(ref, self, o, z, y, dz), UsageError);
   o.kind = "focal";
   EXPECT_THROW(o.validate(K), UsageError);
   o.kind = "ce";

@@ -1,12 +1,20 @@
 #include "hybrid3d/backend/backend.hpp"
 
 #include <algorithm>
+#include <sstream>
 #include <vector>
 
-#include "hybrid3d/backend/cpu/cpu_backend.hpp"
 #include "hybrid3d/core/error.hpp"
 
 namespace h3d {
+
+std::string ConvDesc::key() const {
+  std::ostringstream os;
+  os << n << ',' << cin << ',' << cout << ',' << bias;
+  for (int i = 0; i < 3; ++i)
+    os << ';' << in[i] << ',' << out[i] << ',' << k[i] << ',' << stride[i] << ',' << pad_lo[i] << ',' << pad_hi[i];
+  return os.str();
+}
 
 ConvDesc sub_convolution(const ConvDesc& d, const Box& region, std::array<int64_t, 3>& in_origin) {
   ConvDesc s = d;
@@ -48,12 +56,6 @@ void Backend::conv3d_forward_region(const ConvDesc& d, const float* x, const flo
   conv3d_forward(s, xs.data(), w, b, ys.data());
   const std::array<int64_t, 3> out_origin{region.r[0].lo, region.r[1].lo, region.r[2].lo};
   copy_region(ys.data(), y, s.n * s.cout, d.out, out_origin, s.out, true);
-}
-
-std::unique_ptr<Backend> make_backend(const std::string& name) {
-  if (name == "cpu") return std::make_unique<CpuBackend>();
-  if (name == "ref") return std::make_unique<RefBackend>();
-  H3D_THROW(UsageError, "--backend '" << name << "' is unknown; use cpu (oneDNN) or ref (reference loops)");
 }
 
 }  // namespace h3d

@@ -1,16 +1,25 @@
-// Backend: the kernels every layer calls, on local (per-rank) NCDHW buffers.
-// Layers never know which backend runs them; a backend never knows MPI
-// exists. `ref` is plain loops with double accumulation (the oracle);
-// `cpu` runs convolutions and matrix products on oneDNN and inherits the
-// cheap, memory-bound kernels from ref. A CUDA backend will implement the
-// same interface.
+// Backend: every kernel that touches tensor memory, on local (per-rank)
+// NCDHW buffers: convolutions, pooling, matrix products, activations, batch
+// norm's per-channel parts, the box moves of the halo exchange
+// (BoxKernels), and the per-element ops of the layers, losses and
+// optimizers. It also names the allocator its buffers come from. Layers,
+// tasks and optimizers never know which backend runs them; a backend never
+// knows MPI exists. `ref` is plain loops with double accumulation (the
+// oracle); `cpu` runs convolutions and matrix products on oneDNN and
+// composes ref's kernels where a plain loop is all there is. The backends
+// are listed in registry.cpp; docs/architecture.md says what a new one
+// provides.
 #pragma once
 #include <array>
 #include <cstdint>
 
-#include "hybrid3d/core/box.hpp"
 #include <memory>
 #include <string>
+
+#include "hybrid3d/backend/elementwise_desc.hpp"
+#include "hybrid3d/core/allocator.hpp"
+#include "hybrid3d/core/box.hpp"
+#include "hybrid3d/core/box_kernels.hpp"
 
 namespace h3d {
 
@@ -43,10 +52,12 @@ struct PoolDesc {
 
 enum class ActKind { kRelu, kLeakyRelu, kTanh, kScaledTanh, kScale };
 
-class Backend {
+class Backend : public BoxKernels {
  public:
-  virtual ~Backend() = default;
+  ~Backend() override = default;
   virtual std::string name() const = 0;
+  // Where the tensors this backend's kernels read and write live.
+  virtual Allocator& allocator() { return host_allocator(); }
 
   // y[n, cout, out] = conv(x[n, cin, in], w[cout, cin, k]) + b
   virtual void conv3d_forward(const ConvDesc& d, const float* x, const float* w, const float* b, float* y) = 0;
@@ -96,9 +107,43 @@ class Backend {
   virtual void channel_grad_apply(const float* x, const float* dy, int64_t n, int64_t c, int64_t v,
                                   const float* mean, const float* a, const float* b, const float* e,
                                   float* dx) = 0;
-};
 
-// "ref" or "cpu"; throws UsageError for anything else.
-std::unique_ptr<Backend> make_backend(const std::string& name);
+  // Per-element ops (elementwise_desc.hpp for the descs).
+  virtual void fill(float* x, int64_t n, float v) = 0;
+  // y += alpha * x
+  virtual void axpy(int64_t n, float alpha, const float* x, float* y) = 0;
+  // y[r, c] += bias[c] over rows x cols.
+  virtual void add_bias_rows(int64_t rows, int64_t cols, const float* bias, float* y) = 0;
+  // db[c] = sum over r of dy[r, c] (accumulated in double, in row order).
+  virtual void column_sums(int64_t rows, int64_t cols, const float* dy, float* db) = 0;
+  // dst[r, j] = src[r, idx[j]] (src rows of src_cols floats, dst rows of count).
+  virtual void gather_columns(int64_t rows, int64_t src_cols, const float* src, const int64_t* idx, int64_t count,
+                              float* dst) = 0;
+  // dst[r, idx[j]] = src[r, j]; dst's other columns are left alone.
+  virtual void scatter_columns(int64_t rows, int64_t count, const float* src, const int64_t* idx, int64_t dst_cols,
+                               float* dst) = 0;
+  // Per sample s of n: y[s] = [a[s] (a_len floats), b[s] (b_len floats)]
+  // (a channel concatenation), and its inverse.
+  virtual void concat_samples(int64_t n, int64_t a_len, const float* a, int64_t b_len, const float* b, float* y) = 0;
+  virtual void split_samples(int64_t n, int64_t a_len, int64_t b_len, const float* y, float* a, float* b) = 0;
+  // y = mask * x / (1 - p); y may be x.
+  virtual void dropout(const DropoutDesc& d, const float* x, float* y) = 0;
+  // One optimizer step on n weights; velocity is null when momentum is 0.
+  virtual void sgd_update(const SgdStep& s, int64_t n, float* w, const float* grad, float* velocity) = 0;
+  virtual void adam_update(const AdamStep& s, int64_t n, float* w, const float* grad, float* m, float* v) = 0;
+  virtual bool all_finite(const float* x, int64_t n) = 0;
+  // Regression: returns sum (y - t)^2 (double, in order), writes
+  // dy = 2 (y - t) / denom and *largest = max (y - t)^2.
+  virtual double squared_error(int64_t n, const float* y, const float* t, double denom, float* dy,
+                               double* largest) = 0;
+  // Softmax losses of one sample (SoftmaxLossDesc): adds each counted voxel
+  // of [v0, v1) to sums[3K + 2], in voxel order: [0] w_y * -log p_y,
+  // [1] w_y, [2 + k] p_k * g_k, [2 + K + k] p_k, [2 + 2K + k] g_k.
+  virtual void softmax_loss_sums(const SoftmaxLossDesc& d, const float* z, const int32_t* labels, int64_t v0,
+                                 int64_t v1, double* sums) = 0;
+  // dz [K, volume] of one sample (0 for voxels that do not count).
+  virtual void softmax_loss_grad(const SoftmaxLossDesc& d, const SoftmaxLossGrad& g, const float* z,
+                                 const int32_t* labels, float* dz) = 0;
+};
 
 }  // namespace h3d

@@ -39,6 +39,8 @@ AlignedFloats allocate_aligned_floats(size_t n) {
   return AlignedFloats(reinterpret_cast<float*>(aligned), AlignedFloatDelete{size});
 }
 
+Allocator& host_allocator() { return BufferPool::instance(); }
+
 BufferPool& BufferPool::instance() {
   static BufferPool pool;
   return pool;

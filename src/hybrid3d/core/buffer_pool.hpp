@@ -13,35 +13,27 @@
 #include <memory>
 #include <mutex>
 
+#include "hybrid3d/core/allocator.hpp"
+
 namespace h3d {
 
-// 64-byte aligned (a cache line, an AVX-512 vector): oneDNN's kernels and
-// the vectorised loops run faster on aligned rows. Buffers of 2 MiB and
-// more are their own mappings on transparent huge pages: a fresh buffer
-// then costs one page fault per 2 MiB instead of per 4 KiB, and freeing it
-// returns the memory to the OS at once.
-struct AlignedFloatDelete {
-  size_t mapped_bytes = 0;  // 0: from operator new
-  void operator()(float* p) const;
-};
-using AlignedFloats = std::unique_ptr<float[], AlignedFloatDelete>;
-AlignedFloats allocate_aligned_floats(size_t n);
-
-struct FloatBuffer {
-  AlignedFloats ptr;
-  size_t capacity = 0;  // floats
-};
-
-class BufferPool {
+// The host Allocator. 64-byte aligned buffers (a cache line, an AVX-512
+// vector): oneDNN's kernels and the vectorised loops run faster on aligned
+// rows. Buffers of 2 MiB and more are their own mappings on transparent
+// huge pages: a fresh buffer then costs one page fault per 2 MiB instead of
+// per 4 KiB, and freeing it returns the memory to the OS at once.
+class BufferPool : public Allocator {
  public:
   static BufferPool& instance();
+  const char* name() const override { return "host"; }
+  bool host_accessible() const override { return true; }
   // A buffer of at least n floats, contents unspecified. Reuses the smallest
   // free buffer that fits and wastes at most a quarter of it. On a miss it
   // returns free buffers to the OS, smallest first, until live + pooled + n
   // stays within the highest live size seen (or live + n, if that is more):
   // the footprint never exceeds the peak of the live set.
-  FloatBuffer take(size_t n);
-  void give(FloatBuffer&& b);
+  FloatBuffer take(size_t n) override;
+  void give(FloatBuffer&& b) override;
   // Returns every free buffer to the OS.
   void trim();
 

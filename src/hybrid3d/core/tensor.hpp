@@ -2,9 +2,11 @@
 // Spatial activations are [N, C, D, H, W] (NCDHW, the logical layout
 // everywhere outside a backend); dense ones are [N, F].
 //
-// Storage comes from the BufferPool and goes back to it on release() or
+// Storage comes from the tensor's Allocator (the host BufferPool unless
+// set_allocator() named a backend's) and goes back to it on release() or
 // destruction, so that freeing activations early costs nothing on the next
-// step. A tensor may own more capacity than it uses (a buffer grown in place
+// step. Element access from the CPU (operator[], fill(), copies) is for
+// host-accessible allocators only. A tensor may own more capacity than it uses (a buffer grown in place
 // for a halo-padded copy, see HaloExchange).
 #pragma once
 #include <algorithm>
@@ -22,10 +24,13 @@ class Tensor {
  public:
   Tensor() = default;
   explicit Tensor(std::vector<int64_t> shape, float fill = 0.0f) { resize(std::move(shape), fill); }
+  // An empty tensor whose storage will come from `a`.
+  explicit Tensor(Allocator& a) : alloc_(&a) {}
   Tensor(const Tensor& o) { *this = o; }
   Tensor(Tensor&& o) noexcept { *this = std::move(o); }
   Tensor& operator=(const Tensor& o) {
     if (this == &o) return *this;
+    if (buf_.capacity == 0) alloc_ = o.alloc_;
     reshape_uninit(o.shape_);
     if (numel_) std::memcpy(data(), o.data(), size_t(numel_) * sizeof(float));
     return *this;
@@ -33,6 +38,7 @@ class Tensor {
   Tensor& operator=(Tensor&& o) noexcept {
     if (this == &o) return *this;
     release();
+    alloc_ = o.alloc_;
     buf_ = std::move(o.buf_);
     shape_ = std::move(o.shape_);
     numel_ = o.numel_;
@@ -54,7 +60,7 @@ class Tensor {
     int64_t n = count(shape);
     if (size_t(n) > buf_.capacity) {
       release();
-      buf_ = BufferPool::instance().take(size_t(n));
+      buf_ = alloc_->take(size_t(n));
     }
     shape_ = shape;
     numel_ = n;
@@ -66,16 +72,23 @@ class Tensor {
     if (size_t(n) <= buf_.capacity) return;
     auto shape = shape_;
     release();
-    buf_ = BufferPool::instance().take(size_t(n));
+    buf_ = alloc_->take(size_t(n));
     shape_ = shape;
     numel_ = count(shape);
   }
   // Gives the storage back to the pool; the tensor becomes empty.
   void release() {
-    BufferPool::instance().give(std::move(buf_));
+    if (buf_.ptr) alloc_->give(std::move(buf_));
     buf_.capacity = 0;
     shape_.clear();
     numel_ = 0;
+  }
+  // Where the storage comes from; changing it needs an empty tensor.
+  Allocator& allocator() const { return *alloc_; }
+  void set_allocator(Allocator& a) {
+    if (alloc_ == &a) return;
+    H3D_CHECK(buf_.capacity == 0, "a tensor's allocator changed while it holds storage");
+    alloc_ = &a;
   }
   // Capacity in floats (at least numel()).
   size_t capacity() const { return buf_.capacity; }
@@ -107,6 +120,7 @@ class Tensor {
   std::vector<int64_t> shape_;
   int64_t numel_ = 0;
   FloatBuffer buf_;
+  Allocator* alloc_ = &host_allocator();
 };
 
 }  // namespace h3d

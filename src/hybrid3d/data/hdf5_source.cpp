@@ -8,10 +8,11 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "hybrid3d/core/box_kernels.hpp"
 #include "hybrid3d/core/error.hpp"
+#include "hybrid3d/core/tensor.hpp"
 #include "hybrid3d/data/file_scan.hpp"
 #include "hybrid3d/data/hdf5_util.hpp"
-#include "hybrid3d/parallel/box_copy.hpp"
 
 namespace h3d {
 
@@ -206,7 +207,7 @@ void Hdf5Universes::load_naive(const Sample& smp, const Box& box, float* out, fl
     for (int r = 0; r < p; ++r) {
       Box b;
       for (int d = 0; d < 3; ++d) b.r[size_t(d)] = Range{boxes[size_t(6 * r + 2 * d)], boxes[size_t(6 * r + 2 * d + 1)]};
-      pack_box(whole, all, b, send_.data() + displs[size_t(r)]);
+      host_box_kernels().copy_box(whole.data(), all, send_.data() + displs[size_t(r)], b, b, channels_, CopyMode::kAssign);
     }
   }
   io_.scatterv(send_.data(), counts, displs, out, box.volume() * channels_, 0);

@@ -57,12 +57,12 @@ void Conv3d::forward_overlapped(StepContext& ctx, const Tensor& x, Tensor* consu
   const float* b = o_.bias ? bias_.value.data() : nullptr;
   if (!ctx.overlap_halo) {
     const Tensor& xp =
-        consumable ? input_.gather_consuming(ctx.grid->group(), *consumable) : input_.gather(ctx.grid->group(), x);
+        consumable ? input_.gather_consuming(ctx, *consumable) : input_.gather(ctx, x);
     ctx.backend->conv3d_forward(d, xp.data(), weight_.value.data(), b, y.data());
     return;
   }
   const Box all = input_.output_box();
-  input_.gather_overlapped(ctx.grid->group(), x, consumable, [&](const Tensor& xp, const Box& region) {
+  input_.gather_overlapped(ctx, x, consumable, [&](const Tensor& xp, const Box& region) {
     if (region == all)
       ctx.backend->conv3d_forward(d, xp.data(), weight_.value.data(), b, y.data());
     else
@@ -88,7 +88,7 @@ void Conv3d::backward_deterministic(StepContext& ctx, const Tensor& x, const Ten
     dx.release();
     return;
   }
-  const Tensor& g = own_grad_.gather(ctx.grid->group(), dy);
+  const Tensor& g = own_grad_.gather(ctx, dy);
   dx.reshape_uninit({n_, o_.in_channels, in_ext_[0], in_ext_[1], in_ext_[2]});
   ctx.backend->conv3d_backward_data(own_grad_.geometry(d), g.data(), weight_.value.data(), dx.data());
   own_grad_.release();
@@ -113,12 +113,12 @@ void Conv3d::backward(StepContext& ctx, const Tensor& x, const Tensor&, const Te
     // first, so that the input gradient may reuse the input's buffer.
     weight_grad();
     input_.release();
-    input_.input_grad(ctx.grid->group(), {n_, o_.in_channels, in_ext_[0], in_ext_[1], in_ext_[2]}, dx, data_grad);
+    input_.input_grad(ctx, {n_, o_.in_channels, in_ext_[0], in_ext_[1], in_ext_[2]}, dx, data_grad);
     return;
   }
   // The halo part of the input gradient goes back to its owners while the
   // weight gradient is computed.
-  input_.input_grad(ctx.grid->group(), {n_, o_.in_channels, in_ext_[0], in_ext_[1], in_ext_[2]}, dx, data_grad,
+  input_.input_grad(ctx, {n_, o_.in_channels, in_ext_[0], in_ext_[1], in_ext_[2]}, dx, data_grad,
                     weight_grad);
 }
 

@@ -81,12 +81,12 @@ void ConvTranspose3d::forward(StepContext& ctx, const Tensor& x, Tensor& y) {
   const int64_t n = x.dim(0);
   const ConvDesc d = adjoint(n);
   if (deterministic_) {
-    const Tensor& xg = own_output_.gather(ctx.grid->group(), x);
+    const Tensor& xg = own_output_.gather(ctx, x);
     y.reshape_uninit({n, o_.out_channels, out_ext_[0], out_ext_[1], out_ext_[2]});
     ctx.backend->conv3d_backward_data(own_output_.geometry(d), xg.data(), weight_.value.data(), y.data());
     own_output_.release();
   } else {
-    output_.input_grad(ctx.grid->group(), {n, o_.out_channels, out_ext_[0], out_ext_[1], out_ext_[2]}, y,
+    output_.input_grad(ctx, {n, o_.out_channels, out_ext_[0], out_ext_[1], out_ext_[2]}, y,
                        [&](float* out) { ctx.backend->conv3d_backward_data(d, x.data(), weight_.value.data(), out); });
   }
   if (!o_.bias) return;
@@ -98,7 +98,7 @@ void ConvTranspose3d::forward(StepContext& ctx, const Tensor& x, Tensor& y) {
 void ConvTranspose3d::backward(StepContext& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
   const int64_t n = x.dim(0);
   const ConvDesc d = adjoint(n);
-  const Tensor& dyp = output_.gather(ctx.grid->group(), dy);
+  const Tensor& dyp = output_.gather(ctx, dy);
   if (deterministic_)
     exact_conv_weight_grad(*ctx.backend, ctx.grid->world(), d, dyp.data(), x.data(), in_tiles_, weight_sum_, weight_.grad.data(),
                            nullptr);

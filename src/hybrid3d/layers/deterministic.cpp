@@ -118,10 +118,10 @@ void OwnInputGrad::plan(const Distribution& in, const Window3D& w, const Distrib
   }
 }
 
-const Tensor& OwnInputGrad::gather(const Comm& group, const Tensor& dy) {
+const Tensor& OwnInputGrad::gather(const StepContext& ctx, const Tensor& dy) {
   if (halo_.trivial()) return dy;
-  halo_.start(group, dy, dyp_);
-  halo_.finish(dyp_);
+  halo_.start(ctx.grid->group(), *ctx.backend, dy, dyp_);
+  halo_.finish(*ctx.backend, dyp_);
   return dyp_;
 }
 

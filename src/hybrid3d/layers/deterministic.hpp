@@ -82,7 +82,7 @@ class OwnInputGrad {
             const std::string& layer);
   // dy over the gathered outputs ([N, C, outputs]); dy itself when the
   // block's outputs are all that read it.
-  const Tensor& gather(const Comm& group, const Tensor& dy);
+  const Tensor& gather(const StepContext& ctx, const Tensor& dy);
   void release() { dyp_.release(); }
   // The kernel call's geometry, put into a convolution or pooling desc.
   template <typename Desc>

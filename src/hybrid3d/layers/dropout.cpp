@@ -1,5 +1,7 @@
 #include "hybrid3d/layers/dropout.hpp"
 
+#include <algorithm>
+
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/core/rng.hpp"
 
@@ -17,28 +19,24 @@ ActShape Dropout::setup(const ActShape& in, const ProcessGrid& grid) {
 }
 
 void Dropout::apply(const StepContext& ctx, const Tensor& in, Tensor& out) const {
-  if (&in != &out) out.reshape_uninit(in.shape());
-  const float keep_scale = 1.0f / (1.0f - p_);
-  const int64_t n = in.dim(0);
-  const uint64_t stream = stream_ ^ (uint64_t(ctx.step) * 0x9E3779B97F4A7C15ull);
-  int64_t per_sample = in.numel() / std::max<int64_t>(n, 1);
-  // Global element count per sample, and a map from local to global index.
-  int64_t global_per_sample = shape_.spatial ? shape_.channels * shape_.dist.global_volume() : shape_.features;
-  auto e = shape_.dist.extent();
-  auto b = box_.extents();
-  for (int64_t s = 0; s < n; ++s) {
-    uint64_t base = uint64_t(ctx.batch_positions.at(size_t(s))) * uint64_t(global_per_sample);
-    for (int64_t i = 0; i < per_sample; ++i) {
-      int64_t g = i;
-      if (shape_.spatial) {
-        int64_t x = i % b[2], y = (i / b[2]) % b[1], z = (i / (b[2] * b[1])) % b[0], c = i / (b[0] * b[1] * b[2]);
-        g = ((c * e[0] + z + box_.r[0].lo) * e[1] + y + box_.r[1].lo) * e[2] + x + box_.r[2].lo;
-      }
-      bool keep = uniform01(ctx.seed, stream, base + uint64_t(g)) >= double(p_);
-      int64_t k = s * per_sample + i;
-      out[k] = keep ? in[k] * keep_scale : 0.0f;
-    }
+  if (&in != &out) {
+    out.set_allocator(in.allocator());
+    out.reshape_uninit(in.shape());
   }
+  const int64_t n = in.dim(0);
+  DropoutDesc d;
+  d.p = p_;
+  d.seed = ctx.seed;
+  d.stream = stream_ ^ (uint64_t(ctx.step) * 0x9E3779B97F4A7C15ull);
+  d.per_sample = in.numel() / std::max<int64_t>(n, 1);
+  // Each sample's counters start at its global position times its global size.
+  const int64_t global_per_sample = shape_.spatial ? shape_.channels * shape_.dist.global_volume() : shape_.features;
+  for (int64_t s = 0; s < n; ++s)
+    d.sample_counter.push_back(uint64_t(ctx.batch_positions.at(size_t(s))) * uint64_t(global_per_sample));
+  d.spatial = shape_.spatial;
+  d.box = box_;
+  d.global = shape_.dist.extent();
+  ctx.backend->dropout(d, in.data(), out.data());
 }
 
 void Dropout::forward(StepContext& ctx, const Tensor& x, Tensor& y) {

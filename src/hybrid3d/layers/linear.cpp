@@ -86,8 +86,7 @@ void Linear::forward_deterministic(StepContext& ctx, const Tensor& x, Tensor& y)
   if (spatial_) acc.allreduce(ctx.grid->group());
   y.reshape_like({n, out_});
   acc.values(y.data());
-  for (int64_t s = 0; s < n; ++s)
-    for (int64_t o = 0; o < out_; ++o) y[s * out_ + o] += bias_.value[o];
+  ctx.backend->add_bias_rows(n, out_, bias_.value.data(), y.data());
 }
 
 void Linear::backward_deterministic(StepContext& ctx, const Tensor& x, const Tensor& dy, Tensor& dx) {
@@ -135,12 +134,11 @@ void Linear::backward_deterministic(StepContext& ctx, const Tensor& x, const Ten
   ctx.grid->group().allreduce_sum(weight_.grad.data(), weight_.grad.numel());
 }
 
-const float* Linear::local_weight() {
+const float* Linear::local_weight(Backend& backend) {
   if (!spatial_) return weight_.value.data();
   int64_t f = int64_t(columns_.size());
   w_local_.reshape_like({out_, f});
-  for (int64_t o = 0; o < out_; ++o)
-    for (int64_t j = 0; j < f; ++j) w_local_[o * f + j] = weight_.value[o * in_ + columns_[size_t(j)]];
+  backend.gather_columns(out_, in_, weight_.value.data(), columns_.data(), f, w_local_.data());
   return w_local_.data();
 }
 
@@ -148,10 +146,10 @@ void Linear::forward(StepContext& ctx, const Tensor& x, Tensor& y) {
   if (deterministic_) return forward_deterministic(ctx, x, y);
   int64_t n = x.dim(0), f = x.numel() / std::max<int64_t>(n, 1);
   y.reshape_like({n, out_});
-  ctx.backend->gemm(false, true, n, out_, f, 1.0f, x.data(), f, local_weight(), f, 0.0f, y.data(), out_);
+  ctx.backend->gemm(false, true, n, out_, f, 1.0f, x.data(), f, local_weight(*ctx.backend), f, 0.0f, y.data(),
+                    out_);
   if (spatial_) ctx.grid->group().allreduce_sum(y.data(), y.numel());
-  for (int64_t s = 0; s < n; ++s)
-    for (int64_t o = 0; o < out_; ++o) y[s * out_ + o] += bias_.value[o];
+  ctx.backend->add_bias_rows(n, out_, bias_.value.data(), y.data());
 }
 
 void Linear::backward(StepContext& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
@@ -160,20 +158,15 @@ void Linear::backward(StepContext& ctx, const Tensor& x, const Tensor&, const Te
   const float* w = spatial_ ? w_local_.data() : weight_.value.data();
   dx.reshape_like(x.shape());
   ctx.backend->gemm(false, false, n, f, out_, 1.0f, dy.data(), out_, w, f, 0.0f, dx.data(), f);
-  for (int64_t o = 0; o < out_; ++o) {
-    double s = 0;
-    for (int64_t i = 0; i < n; ++i) s += dy[i * out_ + o];
-    bias_.grad[o] = float(s);
-  }
+  ctx.backend->column_sums(n, out_, dy.data(), bias_.grad.data());
   if (!spatial_) {
     ctx.backend->gemm(true, false, out_, f, n, 1.0f, dy.data(), out_, x.data(), f, 0.0f, weight_.grad.data(), f);
     return;
   }
   dw_local_.reshape_like({out_, f});
   ctx.backend->gemm(true, false, out_, f, n, 1.0f, dy.data(), out_, x.data(), f, 0.0f, dw_local_.data(), f);
-  weight_.grad.fill(0.0f);
-  for (int64_t o = 0; o < out_; ++o)
-    for (int64_t j = 0; j < f; ++j) weight_.grad[o * in_ + columns_[size_t(j)]] = dw_local_[o * f + j];
+  ctx.backend->fill(weight_.grad.data(), weight_.grad.numel(), 0.0f);
+  ctx.backend->scatter_columns(out_, f, dw_local_.data(), columns_.data(), in_, weight_.grad.data());
 }
 
 }  // namespace h3d

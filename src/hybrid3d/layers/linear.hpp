@@ -29,7 +29,7 @@ class Linear : public Layer {
   std::vector<Param*> params() override { return {&weight_, &bias_}; }
 
  private:
-  const float* local_weight();  // W[:, own columns], contiguous
+  const float* local_weight(Backend& backend);  // W[:, own columns], contiguous
   void forward_deterministic(StepContext& ctx, const Tensor& x, Tensor& y);
   void backward_deterministic(StepContext& ctx, const Tensor& x, const Tensor& dy, Tensor& dx);
   // --deterministic: the input's features in pieces that are the same under

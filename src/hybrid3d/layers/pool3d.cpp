@@ -53,25 +53,25 @@ void Pool3d::run_forward(StepContext& ctx, const Tensor& xp, Tensor& y) {
 
 void Pool3d::forward(StepContext& ctx, const Tensor& x, Tensor& y) {
   n_ = x.dim(0);
-  run_forward(ctx, input_.gather(ctx.grid->group(), x), y);
+  run_forward(ctx, input_.gather(ctx, x), y);
 }
 
 void Pool3d::forward_consuming(StepContext& ctx, Tensor& x, Tensor& y) {
   n_ = x.dim(0);
-  run_forward(ctx, input_.gather_consuming(ctx.grid->group(), x), y);
+  run_forward(ctx, input_.gather_consuming(ctx, x), y);
   x.release();
 }
 
 void Pool3d::backward(StepContext& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
   if (own_block_grad_) {  // average pooling: no values needed
-    const Tensor& g = own_grad_.gather(ctx.grid->group(), dy);
+    const Tensor& g = own_grad_.gather(ctx, dy);
     dx.reshape_uninit({n_, channels_, in_ext_[0], in_ext_[1], in_ext_[2]});
     ctx.backend->pool3d_backward(own_grad_.geometry(desc(n_)), nullptr, g.data(), dx.data());
     own_grad_.release();
     return;
   }
   const float* xp = kind_ == PoolKind::kMax ? input_.saved(x).data() : nullptr;
-  input_.input_grad(ctx.grid->group(), {n_, channels_, in_ext_[0], in_ext_[1], in_ext_[2]}, dx,
+  input_.input_grad(ctx, {n_, channels_, in_ext_[0], in_ext_[1], in_ext_[2]}, dx,
                     [&](float* out) { ctx.backend->pool3d_backward(desc(n_), xp, dy.data(), out); });
 }
 

@@ -41,11 +41,7 @@ void ResidualAdd::add_shortcut(StepContext& ctx, Tensor& y) {
     s = &bn_out_;
   }
   H3D_CHECK(s->shape() == y.shape(), "layer " << name_ << ": the shortcut activation is missing");
-  float* d = y.data();
-  const float* a = s->data();
-  const int64_t n = y.numel();
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) d[i] += a[i];
+  ctx.backend->axpy(y.numel(), 1.0f, s->data(), y.data());
   bn_out_.release();  // the batch norm's backward reads its input only
   if (!conv_ || !ctx.training) release_saved();
 }

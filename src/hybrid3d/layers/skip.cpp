@@ -1,7 +1,5 @@
 #include "hybrid3d/layers/skip.hpp"
 
-#include <cstring>
-
 #include "hybrid3d/core/error.hpp"
 
 namespace h3d {
@@ -28,14 +26,10 @@ void SkipSource::backward(StepContext& ctx, const Tensor& x, const Tensor& y, co
   backward_consuming(ctx, x, y, g, dx);
 }
 
-void SkipSource::backward_consuming(StepContext&, const Tensor&, const Tensor&, Tensor& dy, Tensor& dx) {
+void SkipSource::backward_consuming(StepContext& ctx, const Tensor&, const Tensor&, Tensor& dy, Tensor& dx) {
   // The skip's gradient joins the chain's: dx = dy + grad, in dy's buffer.
   H3D_CHECK(link_->grad.shape() == dy.shape(), "layer " << name_ << ": no gradient from its concatenation");
-  float* d = dy.data();
-  const float* g = link_->grad.data();
-  const int64_t n = dy.numel();
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) d[i] += g[i];
+  ctx.backend->axpy(dy.numel(), 1.0f, link_->grad.data(), dy.data());
   link_->grad.release();
   dx = std::move(dy);
 }
@@ -55,33 +49,28 @@ ActShape SkipConcat::setup(const ActShape& in, const ProcessGrid& grid) {
   return out;
 }
 
-void SkipConcat::forward(StepContext&, const Tensor& x, Tensor& y) {
+void SkipConcat::forward(StepContext& ctx, const Tensor& x, Tensor& y) {
   const Tensor& k = link_->kept;
   const int64_t n = x.dim(0);
   H3D_CHECK(k.numel() == n * c_skip_ * volume_, "layer " << name_ << ": the skip activation is missing");
   std::vector<int64_t> shape = x.shape();
   shape[1] = c_in_ + c_skip_;
+  y.set_allocator(x.allocator());
   y.reshape_uninit(shape);
-  const size_t a = size_t(c_in_ * volume_), b = size_t(c_skip_ * volume_);
-  for (int64_t s = 0; s < n; ++s) {
-    std::memcpy(y.data() + size_t(s) * (a + b), x.data() + size_t(s) * a, a * sizeof(float));
-    std::memcpy(y.data() + size_t(s) * (a + b) + a, k.data() + size_t(s) * b, b * sizeof(float));
-  }
+  ctx.backend->concat_samples(n, c_in_ * volume_, x.data(), c_skip_ * volume_, k.data(), y.data());
   link_->kept.release();  // backward only splits dy
 }
 
-void SkipConcat::backward(StepContext&, const Tensor&, const Tensor&, const Tensor& dy, Tensor& dx) {
+void SkipConcat::backward(StepContext& ctx, const Tensor&, const Tensor&, const Tensor& dy, Tensor& dx) {
   const int64_t n = dy.dim(0);
   std::vector<int64_t> shape = dy.shape();
   shape[1] = c_in_;
+  dx.set_allocator(dy.allocator());
   dx.reshape_uninit(shape);
   shape[1] = c_skip_;
+  link_->grad.set_allocator(dy.allocator());
   link_->grad.reshape_uninit(shape);
-  const size_t a = size_t(c_in_ * volume_), b = size_t(c_skip_ * volume_);
-  for (int64_t s = 0; s < n; ++s) {
-    std::memcpy(dx.data() + size_t(s) * a, dy.data() + size_t(s) * (a + b), a * sizeof(float));
-    std::memcpy(link_->grad.data() + size_t(s) * b, dy.data() + size_t(s) * (a + b) + a, b * sizeof(float));
-  }
+  ctx.backend->split_samples(n, c_in_ * volume_, c_skip_ * volume_, dy.data(), dx.data(), link_->grad.data());
 }
 
 }  // namespace h3d

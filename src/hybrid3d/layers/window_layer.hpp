@@ -27,20 +27,20 @@ class PaddedInput {
   // No halo and no padding: the kernel reads x itself.
   bool trivial() const { return halo_.trivial(); }
   // Returns the tensor the kernel reads: x itself, or the padded copy.
-  const Tensor& gather(const Comm& group, const Tensor& x) {
+  const Tensor& gather(const StepContext& ctx, const Tensor& x) {
     if (halo_.trivial()) return x;
     ProfileScope timed(total_name());
-    halo_.start(group, x, padded_);
-    halo_.finish(padded_);
+    halo_.start(ctx.grid->group(), *ctx.backend, x, padded_);
+    halo_.finish(*ctx.backend, padded_);
     return padded_;
   }
   // The same when x is not needed afterwards: the padded copy is grown in
   // x's own buffer when it has the capacity (see input_capacity()).
-  const Tensor& gather_consuming(const Comm& group, Tensor& x) {
+  const Tensor& gather_consuming(const StepContext& ctx, Tensor& x) {
     if (halo_.trivial()) return x;
     ProfileScope timed(total_name());
-    start_consuming(group, x);
-    halo_.finish(padded_);
+    start_consuming(ctx, x);
+    halo_.finish(*ctx.backend, padded_);
     return padded_;
   }
   // Gather with the halo in flight: compute(xp, region) is called for the
@@ -49,7 +49,7 @@ class PaddedInput {
   // output (at most six: the faces of the interior). Returns xp. With
   // `consumable` (x itself), x is consumed as in gather_consuming.
   template <typename Compute>
-  const Tensor& gather_overlapped(const Comm& group, const Tensor& x, Tensor* consumable, Compute compute) {
+  const Tensor& gather_overlapped(const StepContext& ctx, const Tensor& x, Tensor* consumable, Compute compute) {
     const Box all = output_box();
     if (halo_.trivial()) {
       compute(x, all);
@@ -59,11 +59,11 @@ class PaddedInput {
     {
       ProfileScope timed(total_name());
       if (consumable)
-        start_consuming(group, *consumable);
+        start_consuming(ctx, *consumable);
       else
-        halo_.start(group, x, padded_);
+        halo_.start(ctx.grid->group(), *ctx.backend, x, padded_);
       if (!inner.empty()) compute(padded_, inner);
-      halo_.finish(padded_);
+      halo_.finish(*ctx.backend, padded_);
     }
     for (const Box& b : around(all, inner)) compute(padded_, b);
     return padded_;
@@ -76,7 +76,7 @@ class PaddedInput {
   // `meanwhile()` runs while the halo gradient travels (a convolution's
   // weight gradient: it reads the padded copy, which is freed after it).
   template <typename Kernel, typename Meanwhile>
-  void input_grad(const Comm& group, const std::vector<int64_t>& x_shape, Tensor& dx, Kernel kernel,
+  void input_grad(const StepContext& ctx, const std::vector<int64_t>& x_shape, Tensor& dx, Kernel kernel,
                   Meanwhile meanwhile) {
     if (halo_.trivial()) {
       dx.reshape_uninit(x_shape);
@@ -85,18 +85,18 @@ class PaddedInput {
       return;
     }
     auto e = halo_.padded_box().extents();
-    Tensor grad;  // the kernel writes every cell
+    Tensor grad(ctx.backend->allocator());  // the kernel writes every cell
     grad.reshape_uninit({x_shape[0], x_shape[1], e[0], e[1], e[2]});
     kernel(grad.data());
     ProfileScope timed(total_name());
-    halo_.reverse_start(group, grad, dx);
+    halo_.reverse_start(ctx.grid->group(), *ctx.backend, grad, dx);
     meanwhile();
     padded_.release();
-    halo_.reverse_finish(dx);
+    halo_.reverse_finish(*ctx.backend, dx);
   }
   template <typename Kernel>
-  void input_grad(const Comm& group, const std::vector<int64_t>& x_shape, Tensor& dx, Kernel kernel) {
-    input_grad(group, x_shape, dx, kernel, [] {});
+  void input_grad(const StepContext& ctx, const std::vector<int64_t>& x_shape, Tensor& dx, Kernel kernel) {
+    input_grad(ctx, x_shape, dx, kernel, [] {});
   }
   // Capacity (floats) an input of n x c should have for gather_consuming.
   int64_t input_capacity(int64_t nc) const { return halo_.trivial() ? 0 : halo_.padded_floats(nc); }
@@ -112,9 +112,9 @@ class PaddedInput {
  private:
   // halo.total counts only exchanges with messages (not a single rank's padding).
   const char* total_name() const { return halo_.halo_messages() > 0 ? prof::kHaloTotal : nullptr; }
-  void start_consuming(const Comm& group, Tensor& x) {
-    if (!halo_.start_in_place(group, x, padded_)) {
-      halo_.start(group, x, padded_);
+  void start_consuming(const StepContext& ctx, Tensor& x) {
+    if (!halo_.start_in_place(ctx.grid->group(), *ctx.backend, x, padded_)) {
+      halo_.start(ctx.grid->group(), *ctx.backend, x, padded_);
       x.release();
     }
   }

@@ -5,7 +5,6 @@
 
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/core/profiler.hpp"
-#include "hybrid3d/parallel/box_copy.hpp"
 
 namespace h3d {
 
@@ -65,7 +64,7 @@ void HaloExchange::wait_all() { reqs_.wait_all(); }
 
 // Posts a receive for every `incoming` region, then packs every `outgoing`
 // region of `src` (which covers `src_origin`) and sends it.
-void HaloExchange::post(const Comm& group, std::vector<Region>& incoming, std::vector<Region>& outgoing,
+void HaloExchange::post(const Comm& group, BoxKernels& k, std::vector<Region>& incoming, std::vector<Region>& outgoing,
                         const Tensor& src, const Box& src_origin, int tag) {
   ProfileScope timed(prof::kHaloExposed);
   const int64_t nc = src.dim(0) * src.dim(1);
@@ -76,58 +75,63 @@ void HaloExchange::post(const Comm& group, std::vector<Region>& incoming, std::v
   }
   for (auto& r : outgoing) {
     r.buf.resize(static_cast<size_t>(nc * r.box.volume()));
-    pack_box(src, src_origin, r.box, r.buf.data());
+    k.copy_box(src.data(), src_origin, r.buf.data(), r.box, r.box, nc, CopyMode::kAssign);
     group.isend(r.buf.data(), int64_t(r.buf.size()), r.peer, tag, reqs_);
   }
 }
 
-void HaloExchange::start(const Comm& group, const Tensor& x, Tensor& xp) {
-  post(group, recv_, send_, x, own_, kTagForward);
+void HaloExchange::start(const Comm& group, BoxKernels& k, const Tensor& x, Tensor& xp) {
+  const int64_t nc = x.dim(0) * x.dim(1);
+  post(group, k, recv_, send_, x, own_, kTagForward);
+  xp.set_allocator(x.allocator());
   xp.reshape_uninit(with_nc(x.dim(0), x.dim(1), padded_));
-  fill_outside(xp.data(), x.dim(0) * x.dim(1), padded_, local_, pad_value_);
-  copy_box(x, own_, xp, padded_, local_);
+  k.fill_outside(xp.data(), nc, padded_, local_, pad_value_);
+  k.copy_box(x.data(), own_, xp.data(), padded_, local_, nc, CopyMode::kAssign);
 }
 
-bool HaloExchange::start_in_place(const Comm& group, Tensor& x, Tensor& xp) {
+bool HaloExchange::start_in_place(const Comm& group, BoxKernels& k, Tensor& x, Tensor& xp) {
   auto shape = with_nc(x.dim(0), x.dim(1), padded_);
   if (x.capacity() < size_t(Tensor::count(shape)) || !padded_.contains(own_)) return false;
   const int64_t nc = x.dim(0) * x.dim(1);
-  post(group, recv_, send_, x, own_, kTagForward);  // packs the outgoing cells before they move
-  relayout_in_place(x.data(), nc, own_, padded_, local_);
+  post(group, k, recv_, send_, x, own_, kTagForward);  // packs the outgoing cells before they move
+  k.relayout_in_place(x.data(), nc, own_, padded_, local_);
   xp = std::move(x);
   xp.reshape_uninit(shape);  // fits the capacity: the cells stay where they were moved
-  fill_outside(xp.data(), nc, padded_, local_, pad_value_);
+  k.fill_outside(xp.data(), nc, padded_, local_, pad_value_);
   return true;
 }
 
-void HaloExchange::finish(Tensor& xp) {
+void HaloExchange::finish(BoxKernels& k, Tensor& xp) {
   ProfileScope timed(prof::kHaloExposed);
   wait_all();
-  for (auto& r : recv_) unpack_box(r.buf.data(), r.box, xp, padded_, CopyMode::kAssign);
+  const int64_t nc = xp.dim(0) * xp.dim(1);
+  for (auto& r : recv_) k.copy_box(r.buf.data(), r.box, xp.data(), padded_, r.box, nc, CopyMode::kAssign);
 }
 
-void HaloExchange::reverse_start(const Comm& group, Tensor& dxp, Tensor& dx) {
+void HaloExchange::reverse_start(const Comm& group, BoxKernels& k, Tensor& dxp, Tensor& dx) {
   // The cells I received in forward go back to their owners; the cells I
   // sent come back to me as gradients.
-  post(group, send_, recv_, dxp, padded_, kTagReverse);
+  post(group, k, send_, recv_, dxp, padded_, kTagReverse);
   const int64_t nc = dxp.dim(0) * dxp.dim(1);
   auto shape = with_nc(dxp.dim(0), dxp.dim(1), own_);
   if (padded_.contains(own_)) {  // shrink dxp into dx's layout in place
-    relayout_in_place(dxp.data(), nc, padded_, own_, local_);
+    k.relayout_in_place(dxp.data(), nc, padded_, own_, local_);
     dx = std::move(dxp);
     dx.reshape_uninit(shape);
   } else {
+    dx.set_allocator(dxp.allocator());
     dx.reshape_uninit(shape);
-    copy_box(dxp, padded_, dx, own_, local_);
+    k.copy_box(dxp.data(), padded_, dx.data(), own_, local_, nc, CopyMode::kAssign);
     dxp.release();
   }
-  fill_outside(dx.data(), nc, own_, local_, 0.0f);
+  k.fill_outside(dx.data(), nc, own_, local_, 0.0f);
 }
 
-void HaloExchange::reverse_finish(Tensor& dx) {
+void HaloExchange::reverse_finish(BoxKernels& k, Tensor& dx) {
   ProfileScope timed(prof::kHaloExposed);
   wait_all();
-  for (auto& r : send_) unpack_box(r.buf.data(), r.box, dx, own_, CopyMode::kAdd);
+  const int64_t nc = dx.dim(0) * dx.dim(1);
+  for (auto& r : send_) k.copy_box(r.buf.data(), r.box, dx.data(), own_, r.box, nc, CopyMode::kAdd);
 }
 
 }  // namespace h3d

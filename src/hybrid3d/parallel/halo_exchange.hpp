@@ -9,6 +9,9 @@
 // volume the padded box holds `pad_value` (0 for conv and average pooling,
 // -inf for max pooling).
 //
+// The cells are moved by the BoxKernels each call is handed (the backend
+// whose tensors these are), so the exchange never touches memory itself.
+//
 // start() posts receives before sends and copies the rank's own cells; the
 // caller may compute on its interior (early_box()) before finish() waits and
 // unpacks. Profile: halo.exposed counts the messaging (packing, posting,
@@ -20,6 +23,7 @@
 #include <vector>
 
 #include "hybrid3d/core/box.hpp"
+#include "hybrid3d/core/box_kernels.hpp"
 #include "hybrid3d/core/tensor.hpp"
 #include "hybrid3d/parallel/comm.hpp"
 #include "hybrid3d/parallel/distribution.hpp"
@@ -47,20 +51,20 @@ class HaloExchange {
   Box early_box() const;
 
   // Forward: x is [N, C, own], xp becomes [N, C, padded].
-  void start(const Comm& group, const Tensor& x, Tensor& xp);
+  void start(const Comm& group, BoxKernels& k, const Tensor& x, Tensor& xp);
   // The same, with x's storage becoming xp's: the own cells move in place to
   // their padded positions, so no second copy of the block exists. Returns
   // false (x untouched) when x's capacity cannot hold the padded box; the
   // caller then uses start().
-  bool start_in_place(const Comm& group, Tensor& x, Tensor& xp);
-  void finish(Tensor& xp);
+  bool start_in_place(const Comm& group, BoxKernels& k, Tensor& x, Tensor& xp);
+  void finish(BoxKernels& k, Tensor& xp);
   // Backward: dxp is [N, C, padded] and is consumed (its storage becomes
   // dx's where possible); dx becomes [N, C, own] with the halo contributions
   // of the neighbours added (in a fixed order: deterministic).
-  void reverse_start(const Comm& group, Tensor& dxp, Tensor& dx);
+  void reverse_start(const Comm& group, BoxKernels& k, Tensor& dxp, Tensor& dx);
   // Floats a tensor needs to be grown in place into the padded box.
   int64_t padded_floats(int64_t nc) const { return nc * padded_.volume(); }
-  void reverse_finish(Tensor& dx);
+  void reverse_finish(BoxKernels& k, Tensor& dx);
 
  private:
   struct Region {
@@ -68,7 +72,7 @@ class HaloExchange {
     Box box;
     std::vector<float> buf;
   };
-  void post(const Comm& group, std::vector<Region>& incoming, std::vector<Region>& outgoing, const Tensor& src,
+  void post(const Comm& group, BoxKernels& k, std::vector<Region>& incoming, std::vector<Region>& outgoing, const Tensor& src,
             const Box& src_origin, int tag);
   void wait_all();
 

@@ -4,14 +4,11 @@
 
 namespace h3d {
 
-std::string first_nonfinite_gradient(const Network& net) {
+std::string first_nonfinite_gradient(const Network& net, Backend& backend) {
   const auto& layers = net.layers();
   for (size_t l = layers.size(); l-- > 0;)
-    for (auto* p : layers[l]->params()) {
-      const float* g = p->grad.data();
-      for (int64_t i = 0; i < p->grad.numel(); ++i)
-        if (!std::isfinite(g[i])) return p->name;
-    }
+    for (auto* p : layers[l]->params())
+      if (!backend.all_finite(p->grad.data(), p->grad.numel())) return p->name;
   return "";
 }
 
@@ -20,13 +17,7 @@ std::string where_nonfinite(Network& net, const StepContext& step, Tensor x, con
   const int64_t none = int64_t(net.layers().size());
   int64_t first = none;
   net.forward(ctx, std::move(x), [&](int64_t layer, const Tensor& out) {
-    if (first != none) return;
-    const float* v = out.data();
-    for (int64_t i = 0; i < out.numel(); ++i)
-      if (!std::isfinite(v[i])) {
-        first = layer;
-        return;
-      }
+    if (first == none && !ctx.backend->all_finite(out.data(), out.numel())) first = layer;
   });
   first = -int64_t(world.allreduce_max(-double(first)));
   if (first == none) return "every layer's output is finite, so the loss itself overflowed";

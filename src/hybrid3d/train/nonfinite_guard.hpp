@@ -15,7 +15,7 @@ namespace h3d {
 
 // "" if every gradient is finite. The gradients are reduced, so every rank
 // finds the same answer.
-std::string first_nonfinite_gradient(const Network& net);
+std::string first_nonfinite_gradient(const Network& net, Backend& backend);
 
 // Runs `net` forward on `x` (the step's own input, in the step's context:
 // the same data, weights and dropout masks) and says where non-finite

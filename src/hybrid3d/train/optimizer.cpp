@@ -1,5 +1,6 @@
 #include "hybrid3d/train/optimizer.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <unordered_map>
@@ -17,32 +18,41 @@ const std::vector<float>* find_slot(const OptimizerState& s, const std::string& 
   return nullptr;
 }
 
-void restore_slot(const OptimizerState& s, const Param* p, const char* slot, std::vector<float>& dst) {
+void restore_slot(const OptimizerState& s, const Param* p, const char* slot, Tensor& dst) {
   const std::vector<float>* v = find_slot(s, p->name + "." + slot);
   if (!v) return;
   H3D_USAGE_CHECK(int64_t(v->size()) == p->value.numel(), "the checkpoint's optimizer state '" << p->name << "." << slot
                                                                                                 << "' has the wrong size");
-  dst = *v;
+  dst.set_allocator(p->value.allocator());
+  dst.reshape_uninit({int64_t(v->size())});
+  std::copy(v->begin(), v->end(), dst.data());
+}
+
+// A slot of p's size, zeroed, where p's value lives.
+void start_slot(Backend& backend, const Param* p, Tensor& slot) {
+  slot.set_allocator(p->value.allocator());
+  slot.reshape_uninit(p->value.shape());
+  backend.fill(slot.data(), slot.numel(), 0.0f);
 }
 
 class Sgd : public Optimizer {
  public:
   explicit Sgd(OptimizerOptions o) : o_(o) {}
-  void step(const std::vector<Param*>& params, double lr) override {
+  void step(Backend& backend, const std::vector<Param*>& params, double lr) override {
+    SgdStep s;
+    s.lr = float(lr);
+    s.weight_decay = float(o_.weight_decay);
+    s.momentum = float(o_.momentum);
     for (auto* p : params) {
-      if (o_.momentum == 0.0) {  // no momentum buffer (PyTorch keeps none either)
-        for (int64_t i = 0; i < p->value.numel(); ++i)
-          p->value[i] -= float(lr) * (p->grad[i] + float(o_.weight_decay) * p->value[i]);
-        continue;
+      float* v = nullptr;  // no momentum buffer without momentum (PyTorch keeps none either)
+      s.first = false;
+      if (o_.momentum != 0.0) {
+        Tensor& slot = velocity_[p];
+        s.first = slot.empty();
+        if (s.first) start_slot(backend, p, slot);
+        v = slot.data();
       }
-      auto& v = velocity_[p];
-      bool first = v.empty();
-      if (first) v.assign(size_t(p->value.numel()), 0.0f);
-      for (int64_t i = 0; i < p->value.numel(); ++i) {
-        const float g = p->grad[i] + float(o_.weight_decay) * p->value[i];
-        v[size_t(i)] = first ? g : float(o_.momentum) * v[size_t(i)] + g;
-        p->value[i] -= float(lr) * v[size_t(i)];
-      }
+      backend.sgd_update(s, p->value.numel(), p->value.data(), p->grad.data(), v);
     }
     ++steps_;
   }
@@ -51,7 +61,8 @@ class Sgd : public Optimizer {
     s.steps = steps_;
     for (auto* p : params) {
       auto it = velocity_.find(p);
-      if (it != velocity_.end() && !it->second.empty()) s.tensors.push_back({p->name + ".momentum_buffer", it->second});
+      if (it != velocity_.end() && !it->second.empty())
+        s.tensors.push_back({p->name + ".momentum_buffer", it->second.to_vector()});
     }
     return s;
   }
@@ -65,29 +76,31 @@ class Sgd : public Optimizer {
  private:
   OptimizerOptions o_;
   int64_t steps_ = 0;
-  std::unordered_map<Param*, std::vector<float>> velocity_;
+  std::unordered_map<Param*, Tensor> velocity_;
 };
 
 class Adam : public Optimizer {
  public:
   explicit Adam(OptimizerOptions o) : o_(o) {}
-  void step(const std::vector<Param*>& params, double lr) override {
+  void step(Backend& backend, const std::vector<Param*>& params, double lr) override {
     ++t_;
     double c1 = 1.0 - std::pow(o_.beta1, double(t_)), c2 = 1.0 - std::pow(o_.beta2, double(t_));
+    AdamStep s;
+    s.beta1 = float(o_.beta1);
+    s.one_minus_beta1 = float(1 - o_.beta1);
+    s.beta2 = float(o_.beta2);
+    s.one_minus_beta2 = float(1 - o_.beta2);
+    s.weight_decay = float(o_.weight_decay);
+    s.lr_over_c1 = float(lr / c1);
+    s.c2 = c2;
+    s.eps = o_.eps;
     for (auto* p : params) {
       auto& st = state_[p];
       if (st.m.empty()) {
-        st.m.assign(size_t(p->value.numel()), 0.0f);
-        st.v.assign(size_t(p->value.numel()), 0.0f);
+        start_slot(backend, p, st.m);
+        start_slot(backend, p, st.v);
       }
-      for (int64_t i = 0; i < p->value.numel(); ++i) {
-        size_t k = size_t(i);
-        float g = p->grad[i] + float(o_.weight_decay) * p->value[i];
-        st.m[k] = float(o_.beta1) * st.m[k] + float(1 - o_.beta1) * g;
-        st.v[k] = float(o_.beta2) * st.v[k] + float(1 - o_.beta2) * g * g;
-        float denom = float(std::sqrt(double(st.v[k]) / c2) + o_.eps);
-        p->value[i] -= float(lr / c1) * st.m[k] / denom;
-      }
+      backend.adam_update(s, p->value.numel(), p->value.data(), p->grad.data(), st.m.data(), st.v.data());
     }
   }
   OptimizerState state(const std::vector<Param*>& params) const override {
@@ -96,8 +109,8 @@ class Adam : public Optimizer {
     for (auto* p : params) {
       auto it = state_.find(p);
       if (it == state_.end() || it->second.m.empty()) continue;
-      s.tensors.push_back({p->name + ".exp_avg", it->second.m});
-      s.tensors.push_back({p->name + ".exp_avg_sq", it->second.v});
+      s.tensors.push_back({p->name + ".exp_avg", it->second.m.to_vector()});
+      s.tensors.push_back({p->name + ".exp_avg_sq", it->second.v.to_vector()});
     }
     return s;
   }
@@ -112,7 +125,7 @@ class Adam : public Optimizer {
 
  private:
   struct State {
-    std::vector<float> m, v;
+    Tensor m, v;
   };
   OptimizerOptions o_;
   int64_t t_ = 0;

@@ -2,7 +2,9 @@
 //   SGD:  v = mu v + (g + wd p)   (v = g on the first step);  p -= lr v
 //   Adam: m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
 //         p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
-// Every rank applies the same update to the same (replicated) weights.
+// Every rank applies the same update to the same (replicated) weights; the
+// update itself is a backend op (sgd_update, adam_update), and the slots are
+// tensors from the backend's allocator.
 #pragma once
 #include <memory>
 #include <string>
@@ -24,7 +26,7 @@ struct OptimizerState {
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  virtual void step(const std::vector<Param*>& params, double lr) = 0;
+  virtual void step(Backend& backend, const std::vector<Param*>& params, double lr) = 0;
   virtual OptimizerState state(const std::vector<Param*>& params) const = 0;
   // Restores state(); a parameter without saved slots starts fresh.
   virtual void load_state(const std::vector<Param*>& params, const OptimizerState& s) = 0;

@@ -10,7 +10,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "hybrid3d/backend/backend.hpp"
+#include "hybrid3d/backend/registry.hpp"
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/data/hdf5_util.hpp"
 #include "hybrid3d/data/nifti_io.hpp"

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "hybrid3d/backend/backend.hpp"
+#include "hybrid3d/backend/registry.hpp"
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/data/hdf5_source.hpp"
 #include "hybrid3d/data/open_data.hpp"

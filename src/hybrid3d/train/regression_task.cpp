@@ -22,19 +22,15 @@ class RegressionTask : public Task {
                                                       << "use --model unet3d");
   }
 
-  double loss(const ProcessGrid& grid, const Tensor& output, const std::vector<float>& targets,
+  double loss(Backend& backend, const ProcessGrid& grid, const Tensor& output, const std::vector<float>& targets,
               Tensor& dout) override {
     // The head is replicated in each group, so summing over one rank per
     // group (the replicas communicator) is exact.
     const double denom = double(batch_) * kP;
-    double sse = 0, largest = 0;
+    double largest = 0;
+    dout.set_allocator(output.allocator());
     dout.reshape_like(output.shape());
-    for (int64_t i = 0; i < output.numel(); ++i) {
-      const double d = double(output[i]) - targets[size_t(i)];
-      sse += d * d;
-      largest = std::max(largest, d * d);
-      dout[i] = float(2.0 * d / denom);
-    }
+    double sse = backend.squared_error(output.numel(), output.data(), targets.data(), denom, dout.data(), &largest);
     if (exact_) {  // the terms added exactly, whatever the groups
       const double bound = grid.world().allreduce_max(std::isfinite(sse) ? largest : HUGE_VAL) * denom;
       ExactSum sum(1, bound);

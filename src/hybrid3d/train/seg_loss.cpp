@@ -19,26 +19,21 @@ void SegLossOptions::validate(int64_t classes) const {
 
 namespace {
 
-// Softmax over the K channels of voxel v of sample s: p[k] (double).
-void softmax_at(const float* z, int64_t K, int64_t vol, int64_t v, double* p) {
-  double mx = -std::numeric_limits<double>::infinity();
-  for (int64_t k = 0; k < K; ++k) mx = std::max(mx, double(z[k * vol + v]));
-  double sum = 0;
-  for (int64_t k = 0; k < K; ++k) sum += p[k] = std::exp(double(z[k * vol + v]) - mx);
-  for (int64_t k = 0; k < K; ++k) p[k] /= sum;
-}
-
 bool counted(int32_t y, int ignore, int64_t K) { return y != ignore && y >= 0 && y < K; }
 
 }  // namespace
 
-SegLossValue segmentation_loss(const Comm& comm, const SegLossOptions& o, const Tensor& logits,
+SegLossValue segmentation_loss(Backend& backend, const Comm& comm, const SegLossOptions& o, const Tensor& logits,
                                const std::vector<int32_t>& labels, Tensor& dlogits, bool exact) {
   const int64_t n = logits.dim(0), K = logits.dim(1), vol = logits.numel() / std::max<int64_t>(1, n * K);
   H3D_CHECK(int64_t(labels.size()) == n * vol, "segmentation loss: " << labels.size() << " labels for " << n * vol
                                                                        << " voxels");
   const bool ce = o.kind != "dice", dice = o.kind != "ce";
-  auto weight = [&](int32_t y) { return o.class_weights.empty() ? 1.0 : double(o.class_weights[size_t(y)]); };
+  SoftmaxLossDesc desc;
+  desc.classes = K;
+  desc.volume = vol;
+  desc.ignore_label = o.ignore_label;
+  desc.class_weights = o.class_weights.empty() ? nullptr : o.class_weights.data();
   // Pass 1: the global sums: CE numerator and weight, and per class I, P, G.
   // (The last slot counts labels outside the classes: every rank learns of
   // them in the same reduction, and all stop together.)
@@ -51,27 +46,21 @@ SegLossValue segmentation_loss(const Comm& comm, const SegLossOptions& o, const 
     for (float w : o.class_weights) wmax = std::max(wmax, double(w));
     exact_sums.reset(int64_t(sums.size()) - 1, double(comm.allreduce_sum(int64_t(labels.size()))) * wmax * 691.0);
   }
-  auto add = [&](size_t slot, double v) {
-    if (exact)
-      exact_sums.add(int64_t(slot), v);
-    else
-      sums[slot] += v;
-  };
-  std::vector<double> p(static_cast<size_t>(K));
+  // Exact: each voxel's terms on their own (a sum of one term is the term),
+  // each added exactly; otherwise the backend adds them up in voxel order.
+  std::vector<double> terms(sums.size() - 1);
   for (int64_t s = 0; s < n; ++s) {
     const float* z = logits.data() + s * K * vol;
+    const int32_t* y = labels.data() + s * vol;
+    if (!exact) {
+      backend.softmax_loss_sums(desc, z, y, 0, vol, sums.data());
+      continue;
+    }
     for (int64_t v = 0; v < vol; ++v) {
-      const int32_t y = labels[size_t(s * vol + v)];
-      if (!counted(y, o.ignore_label, K)) continue;
-      softmax_at(z, K, vol, v, p.data());
-      const double w = weight(y);
-      add(0, w * -std::log(std::max(p[size_t(y)], 1e-300)));
-      add(1, w);
-      for (int64_t k = 0; k < K; ++k) {
-        add(size_t(2 + k), p[size_t(k)] * (k == y));  // I
-        add(size_t(2 + K + k), p[size_t(k)]);         // P
-        add(size_t(2 + 2 * K + k), (k == y));         // G
-      }
+      if (!counted(y[v], o.ignore_label, K)) continue;
+      std::fill(terms.begin(), terms.end(), 0.0);
+      backend.softmax_loss_sums(desc, z, y, v, v + 1, terms.data());
+      for (size_t t = 0; t < terms.size(); ++t) exact_sums.add(int64_t(t), terms[t]);
     }
   }
   if (exact) {
@@ -103,35 +92,21 @@ SegLossValue segmentation_loss(const Comm& comm, const SegLossOptions& o, const 
 
   // Pass 2: the gradient. CE: w_y (p - onehot) / W. Dice: dL/dp_k =
   // -(1/K) (2 g_k D_k - (2 I_k + eps)) / D_k^2, then through the softmax.
+  std::vector<double> i2(static_cast<size_t>(K));
+  for (int64_t k = 0; k < K; ++k) i2[size_t(k)] = 2 * sums[size_t(2 + k)] + o.dice_eps;
+  SoftmaxLossGrad grad;
+  grad.ce = ce && W > 0;
+  grad.ce_total = W;
+  grad.ce_factor = a_ce;
+  grad.dice = dice;
+  grad.dice_factor = a_dice;
+  grad.dice_denom = denom.data();
+  grad.dice_i2 = i2.data();
+  dlogits.set_allocator(logits.allocator());
   dlogits.reshape_uninit(logits.shape());
-  std::vector<double> dp(static_cast<size_t>(K));
-  for (int64_t s = 0; s < n; ++s) {
-    const float* z = logits.data() + s * K * vol;
-    float* dz = dlogits.data() + s * K * vol;
-    for (int64_t v = 0; v < vol; ++v) {
-      const int32_t y = labels[size_t(s * vol + v)];
-      if (!counted(y, o.ignore_label, K)) {
-        for (int64_t k = 0; k < K; ++k) dz[k * vol + v] = 0.0f;
-        continue;
-      }
-      softmax_at(z, K, vol, v, p.data());
-      std::vector<double> g(size_t(K), 0.0);
-      if (ce && W > 0) {
-        const double w = weight(y) / W * a_ce;
-        for (int64_t k = 0; k < K; ++k) g[size_t(k)] += w * (p[size_t(k)] - (k == y));
-      }
-      if (dice) {
-        double dot = 0;
-        for (int64_t k = 0; k < K; ++k) {
-          const double D = denom[size_t(k)], I2 = 2 * sums[size_t(2 + k)] + o.dice_eps;
-          dp[size_t(k)] = -a_dice / double(K) * (2.0 * (k == y) * D - I2) / (D * D);
-          dot += p[size_t(k)] * dp[size_t(k)];
-        }
-        for (int64_t k = 0; k < K; ++k) g[size_t(k)] += p[size_t(k)] * (dp[size_t(k)] - dot);
-      }
-      for (int64_t k = 0; k < K; ++k) dz[k * vol + v] = float(g[size_t(k)]);
-    }
-  }
+  for (int64_t s = 0; s < n; ++s)
+    backend.softmax_loss_grad(desc, grad, logits.data() + s * K * vol, labels.data() + s * vol,
+                              dlogits.data() + s * K * vol);
   return r;
 }
 

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "hybrid3d/backend/backend.hpp"
 #include "hybrid3d/core/tensor.hpp"
 #include "hybrid3d/parallel/comm.hpp"
 #include "hybrid3d/train/seg_loss_options.hpp"
@@ -39,8 +40,8 @@ struct SegLossValue {
 // Loss of the global mini-batch and dlogits (same shape as logits) for
 // this rank's part. Collective over `comm`. `exact` (--deterministic): the
 // global sums are added exactly, so they do not depend on how the voxels
-// are split over ranks.
-SegLossValue segmentation_loss(const Comm& comm, const SegLossOptions& o, const Tensor& logits,
+// are split over ranks. The per-voxel work runs on `backend`.
+SegLossValue segmentation_loss(Backend& backend, const Comm& comm, const SegLossOptions& o, const Tensor& logits,
                                const std::vector<int32_t>& labels, Tensor& dlogits, bool exact = false);
 
 class SegMetrics {

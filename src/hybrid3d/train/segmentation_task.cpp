@@ -25,10 +25,10 @@ class SegmentationTask : public Task {
     loss_.validate(classes_);  // after the data: a class count the data refutes is named first
   }
 
-  double loss(const ProcessGrid& grid, const Tensor& output, const std::vector<float>& targets,
+  double loss(Backend& backend, const ProcessGrid& grid, const Tensor& output, const std::vector<float>& targets,
               Tensor& dout) override {
     labels_.assign(targets.begin(), targets.end());
-    return segmentation_loss(grid.world(), loss_, output, labels_, dout, exact_).loss;
+    return segmentation_loss(backend, grid.world(), loss_, output, labels_, dout, exact_).loss;
   }
 
   void eval_begin() override {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "hybrid3d/backend/backend.hpp"
 #include "hybrid3d/core/tensor.hpp"
 #include "hybrid3d/data/sample_source.hpp"
 #include "hybrid3d/parallel/process_grid.hpp"
@@ -38,7 +39,8 @@ class Task {
   // The loss of the global mini-batch, and its gradient w.r.t. `output`
   // for this rank's part in `dout`. `targets`: what the source loaded for
   // this rank's block of its samples. Collective over the grid's world.
-  virtual double loss(const ProcessGrid& grid, const Tensor& output, const std::vector<float>& targets,
+  // The per-element work runs on `backend`.
+  virtual double loss(Backend& backend, const ProcessGrid& grid, const Tensor& output, const std::vector<float>& targets,
                       Tensor& dout) = 0;
 
   // An evaluation pass: begin, add every mini-batch (this rank's samples of

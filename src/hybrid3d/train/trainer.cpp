@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "hybrid3d/backend/registry.hpp"
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/core/profiler.hpp"
 #include "hybrid3d/data/hdf5_source.hpp"
@@ -143,7 +144,7 @@ double Trainer::train_step(int64_t step) {
   }
   StepContext ctx = step_context(step, true);
   output_ = net_.forward(ctx, std::move(input_));
-  const double loss = task_->loss(*grid_, output_, targets_, dout_);
+  const double loss = task_->loss(*backend_, *grid_, output_, targets_, dout_);
   if (!std::isfinite(loss) && !o_.skip_nonfinite) {
     if (prefetch_) prefetch_->wait();  // the loader is not thread-safe
     Tensor x;
@@ -158,7 +159,7 @@ double Trainer::train_step(int64_t step) {
   net_.backward(ctx, std::move(dout_), [this](const std::vector<Param*>& ps) { reducer_.ready(ps); });
   reducer_.finish();
   last_skipped_ = false;
-  const std::string bad = std::isfinite(loss) ? first_nonfinite_gradient(net_) : "(the loss)";
+  const std::string bad = std::isfinite(loss) ? first_nonfinite_gradient(net_, *backend_) : "(the loss)";
   if (!bad.empty()) {
     H3D_USAGE_CHECK(o_.skip_nonfinite, "the gradient of '" << bad << "' is not finite at step " << step
                                                             << " (the first such parameter in backward order); "
@@ -168,7 +169,7 @@ double Trainer::train_step(int64_t step) {
     return loss;  // no update: the weights stay those of the last good step
   }
   ProfileScope timed(prof::kOptimizer);
-  opt_->step(net_.params(), o_.schedule.at(step));
+  opt_->step(*backend_, net_.params(), o_.schedule.at(step));
   return loss;
 }
 

@@ -1,18 +1,8 @@
 #include "hybrid3d/backend/cpu/cpu_backend.hpp"
 
-#include <sstream>
-
 #include "hybrid3d/backend/cpu/cpu_dnnl.hpp"
 
 namespace h3d {
-
-std::string ConvDesc::key() const {
-  std::ostringstream os;
-  os << n << ',' << cin << ',' << cout << ',' << bias;
-  for (int i = 0; i < 3; ++i)
-    os << ';' << in[i] << ',' << out[i] << ',' << k[i] << ',' << stride[i] << ',' << pad_lo[i] << ',' << pad_hi[i];
-  return os.str();
-}
 
 CpuBackend::CpuBackend() : impl_(std::make_unique<Impl>()) {}
 CpuBackend::~CpuBackend() = default;

@@ -32,11 +32,11 @@ void CpuBackend::activation_forward(ActKind kind, float p, const float* x, float
     });
     return;
   }
-  chunked(n, [&](int64_t i0, int64_t m) { RefBackend::activation_forward(kind, p, x + i0, y + i0, m); });
+  chunked(n, [&](int64_t i0, int64_t m) { ref_.activation_forward(kind, p, x + i0, y + i0, m); });
 }
 
 void CpuBackend::activation_backward(ActKind kind, float p, const float* y, const float* dy, float* dx, int64_t n) {
-  chunked(n, [&](int64_t i0, int64_t m) { RefBackend::activation_backward(kind, p, y + i0, dy + i0, dx + i0, m); });
+  chunked(n, [&](int64_t i0, int64_t m) { ref_.activation_backward(kind, p, y + i0, dy + i0, dx + i0, m); });
 }
 
 void CpuBackend::sign_mask(const float* y, uint64_t* bits, int64_t n) {
@@ -51,9 +51,9 @@ void CpuBackend::sign_mask(const float* y, uint64_t* bits, int64_t n) {
       for (int k = 0; k < 16; ++k) b |= uint64_t(_mm_movemask_ps(_mm_cmpgt_ps(_mm_loadu_ps(p + 4 * k), zero))) << (4 * k);
       bits[i0 / 64 + w] = b;
     }
-    if (whole * 64 < m) RefBackend::sign_mask(y + i0 + whole * 64, bits + i0 / 64 + whole, m - whole * 64);
+    if (whole * 64 < m) ref_.sign_mask(y + i0 + whole * 64, bits + i0 / 64 + whole, m - whole * 64);
 #else
-    RefBackend::sign_mask(y + i0, bits + i0 / 64, m);
+    ref_.sign_mask(y + i0, bits + i0 / 64, m);
 #endif
   });
 }

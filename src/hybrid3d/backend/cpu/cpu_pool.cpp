@@ -194,7 +194,7 @@ void avg_backward_gather(const PoolGeom& g, const float* dy, float* dx, int64_t 
 }  // namespace
 
 void CpuBackend::pool3d_forward(const PoolDesc& d, const float* x, float* y) {
-  if (!unpadded(d)) return RefBackend::pool3d_forward(d, x, y);
+  if (!unpadded(d)) return ref_.pool3d_forward(d, x, y);
   const PoolGeom g = pool_geom(d);
   if (d.kind == PoolKind::kMax)
     forward_rows<true>(g, x, y, d.n * d.c);
@@ -203,7 +203,7 @@ void CpuBackend::pool3d_forward(const PoolDesc& d, const float* x, float* y) {
 }
 
 void CpuBackend::pool3d_backward(const PoolDesc& d, const float* x, const float* dy, float* dx) {
-  if (!unpadded(d)) return RefBackend::pool3d_backward(d, x, dy, dx);
+  if (!unpadded(d)) return ref_.pool3d_backward(d, x, dy, dx);
   const PoolGeom g = pool_geom(d);
   if (d.kind == PoolKind::kAvg && g.k2 == 3 && g.s2 == 2)
     avg_backward_gather<3, 2>(g, dy, dx, d.n * d.c);

@@ -28,6 +28,30 @@ class RefBackend : public Backend {
                             double* sum_dy, double* sum_dy_xc) override;
   void channel_grad_apply(const float* x, const float* dy, int64_t n, int64_t c, int64_t v, const float* mean,
                           const float* a, const float* b, const float* e, float* dx) override;
+  // ref_elementwise.cpp, ref_loss.cpp
+  void copy_box(const float* src, const Box& src_origin, float* dst, const Box& dst_origin, const Box& region,
+                int64_t nc, CopyMode mode) override;
+  void relayout_in_place(float* t, int64_t nc, const Box& from, const Box& to, const Box& region) override;
+  void fill_outside(float* t, int64_t nc, const Box& origin, const Box& inner, float v) override;
+  void fill(float* x, int64_t n, float v) override;
+  void axpy(int64_t n, float alpha, const float* x, float* y) override;
+  void add_bias_rows(int64_t rows, int64_t cols, const float* bias, float* y) override;
+  void column_sums(int64_t rows, int64_t cols, const float* dy, float* db) override;
+  void gather_columns(int64_t rows, int64_t src_cols, const float* src, const int64_t* idx, int64_t count,
+                      float* dst) override;
+  void scatter_columns(int64_t rows, int64_t count, const float* src, const int64_t* idx, int64_t dst_cols,
+                       float* dst) override;
+  void concat_samples(int64_t n, int64_t a_len, const float* a, int64_t b_len, const float* b, float* y) override;
+  void split_samples(int64_t n, int64_t a_len, int64_t b_len, const float* y, float* a, float* b) override;
+  void dropout(const DropoutDesc& d, const float* x, float* y) override;
+  void sgd_update(const SgdStep& s, int64_t n, float* w, const float* grad, float* velocity) override;
+  void adam_update(const AdamStep& s, int64_t n, float* w, const float* grad, float* m, float* v) override;
+  bool all_finite(const float* x, int64_t n) override;
+  double squared_error(int64_t n, const float* y, const float* t, double denom, float* dy, double* largest) override;
+  void softmax_loss_sums(const SoftmaxLossDesc& d, const float* z, const int32_t* labels, int64_t v0, int64_t v1,
+                         double* sums) override;
+  void softmax_loss_grad(const SoftmaxLossDesc& d, const SoftmaxLossGrad& g, const float* z, const int32_t* labels,
+                         float* dz) override;
 };
 
 }  // namespace h3d
