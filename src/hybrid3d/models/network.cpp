@@ -44,6 +44,7 @@ const Tensor& Network::forward(StepContext& ctx, Tensor x,
     Layer& l = *layers_[size_t(i)];
     Tensor &in = act(i - 1), &out = act(i);
     bool consume = !ctx.training || !kept_for_backward(i - 1);
+    out.set_allocator(ctx.backend->allocator());  // activations live where the backend's kernels run
     if (!(consume && l.in_place())) {
       // Room for the next window layer to grow this output into its padded
       // copy, also through one pointwise layer in between (conv-act-pool).
@@ -67,7 +68,7 @@ const Tensor& Network::forward(StepContext& ctx, Tensor x,
 void Network::backward(StepContext& ctx, Tensor dy,
                        const std::function<void(const std::vector<Param*>&)>& grads_ready) {
   H3D_CHECK(!acts_.empty() && !acts_.back().empty(), "Network::backward before a training forward");
-  Tensor g = std::move(dy), dx;
+  Tensor g = std::move(dy), dx(ctx.backend->allocator());
   for (int64_t j = int64_t(layers_.size()) - 1; j >= 0; --j) {
     Layer& l = *layers_[size_t(j)];
     {
