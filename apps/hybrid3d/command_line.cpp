@@ -7,6 +7,7 @@
 #include "config_file.hpp"
 #include "hybrid3d/backend/registry.hpp"
 #include "hybrid3d/core/error.hpp"
+#include "hybrid3d/core/bytes.hpp"
 #include "hybrid3d/parallel/parse_spatial.hpp"
 
 namespace h3d {
@@ -62,7 +63,8 @@ void add_model_flags(CLI::App* app, ModelOptions& m) {
 // The flags of the parallel layout and the kernels: the same for train and predict.
 void CommandLine::add_layout_flags(CLI::App* app, LayoutFlags& f, std::string& backend) {
   app->add_option("--spatial", f.spatial,
-                  "spatial split DxHxW of each sample (predict: of each window); ranks / (D*H*W) data groups")
+                  "spatial split DxHxW of each sample (predict: of each window); ranks / (D*H*W) data groups; "
+                  "train: auto takes the fastest layout predicted to fit (hybrid3d plan)")
       ->capture_default_str();
   app->add_option("--threads", f.threads,
                   "threads per rank (default: OMP_NUM_THREADS, else the node's cores / its ranks)");
@@ -98,6 +100,11 @@ CommandLine::CommandLine() {
   train_->add_option("--steps", train.steps, "training steps (or use --epochs)");
   train_->add_option("--epochs", train.epochs, "training epochs (default 1 when --steps is not given)");
   train_->add_option("--optimizer", train.optimizer.kind, "sgd | adam")->capture_default_str();
+  train_->add_option("--memory-per-rank", memory_per_rank_,
+                     "memory each rank may use, with a unit (1500MiB, 2GiB); default: the node's available "
+                     "memory (or its cgroup limit) over its ranks. train refuses a layout predicted not to fit");
+  train_->add_flag("--force", train.force, "train even if the predicted peak memory exceeds --memory-per-rank");
+  train_->add_option("--machine", train.machine, "--spatial auto: a machine file of rates (hybrid3d plan)");
   train_->add_option("--lr", train.schedule.lr, "base learning rate")->capture_default_str();
   train_->add_option("--momentum", train.optimizer.momentum, "SGD momentum")->capture_default_str();
   train_->add_option("--weight-decay", train.optimizer.weight_decay, "L2 weight decay")->capture_default_str();
@@ -232,15 +239,41 @@ CommandLine::CommandLine() {
       ->capture_default_str();
   pred_->add_flag("--quiet", predict.quiet, "no progress output");
 
+  plan.job.data = "files";
+  plan_ = app_.add_subcommand("plan", "list every layout of a job's ranks with its predicted peak memory per rank "
+                                      "and step time, fastest first, the fastest that fits marked (runs on one "
+                                      "process; docs/scaling.md)");
+  plan_->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  add_model_flags(plan_, plan.job.model);
+  plan_->add_option("--dropout", plan.job.model.dropout, "dropout probability in the head")->capture_default_str();
+  plan_->add_option("--batch-size", plan.job.batch_size, "global mini-batch")->capture_default_str();
+  plan_->add_option("--ranks", plan.ranks, "ranks of the job (default: this job's)");
+  plan_->add_option("--ranks-per-node", plan.ranks_per_node, "ranks sharing a node (default: all of them)");
+  plan_->add_option("--memory-per-rank", plan_memory_,
+                    "memory each rank may use, with a unit (1500MiB, 2GiB); default: this node's available memory "
+                    "(or cgroup limit) over --ranks-per-node");
+  plan_->add_option("--optimizer", plan.job.optimizer.kind, "sgd | adam")->capture_default_str();
+  plan_->add_option("--data", plan.job.data,
+                    "files | synthetic: files are prefetched (a second input batch) and fill the data store")
+      ->capture_default_str();
+  plan_->add_option("--data-store-mib", plan.job.data_store_mib,
+                    "as train: MiB per rank for cached samples (default: a quarter of the node's available memory "
+                    "over its ranks; 0: none)");
+  plan_->add_option("--machine", plan.job.machine, "a machine file of rates (from --calibrate, or by hand)");
+  plan_->add_option("--calibrate", plan.calibrate,
+                    "time this machine's convolutions of the model and write them as a machine file, then stop");
+  plan_->add_flag("--json", plan.json, "one JSON array, an object per layout");
+  plan_->add_option("--backend", plan.job.backend, backend_help())->capture_default_str();
+
   // Read by expand_config before CLI11 sees the arguments; declared here for --help.
-  for (CLI::App* sub : {train_, gen_, prep_, pred_})
+  for (CLI::App* sub : {train_, gen_, prep_, pred_, plan_})
     sub->add_option("--config", config_help_only_,
                     "read flags from this file (name = value per line, TOML/INI style; docs/usage.md); flags on "
                     "the command line win");
 }
 
 std::string CommandLine::command() const {
-  for (CLI::App* sub : {train_, gen_, prep_, pred_})
+  for (CLI::App* sub : {train_, gen_, prep_, pred_, plan_})
     if (sub->parsed()) return sub->get_name();
   return "";
 }
@@ -293,13 +326,17 @@ void CommandLine::parse(int argc, const char* const* argv) {
   app_.parse(args);
   if (train_->parsed()) finish_train();
   if (pred_->parsed()) finish_predict();
+  if (plan_->parsed() && !plan_memory_.empty()) plan.job.memory_per_rank = parse_bytes(plan_memory_, "--memory-per-rank");
 }
 
 void CommandLine::finish_train() {
   H3D_USAGE_CHECK(train_layout_.old_overlap.empty(),
                   "--overlap is now two flags: --halo-overlap on|off (halo exchange behind each block's interior) "
                   "and --allreduce-overlap on|off|auto (gradient allreduce on a communication thread)");
+  train.spatial_auto = train_layout_.spatial == "auto";
+  if (train.spatial_auto) train_layout_.spatial = "1x1x1";  // chosen by the Trainer
   finish_layout(train_layout_, train.spatial, train.halo_overlap);
+  if (!memory_per_rank_.empty()) train.memory_per_rank = parse_bytes(memory_per_rank_, "--memory-per-rank");
   train.allreduce_overlap = parse_overlap(allreduce_overlap_, "--allreduce-overlap", true);
   train.prefetch = !no_prefetch_;
   train.schedule.boundaries = parse_list<int64_t>(decay_boundaries_, "--decay-boundaries");

@@ -12,6 +12,7 @@
 
 #include "hybrid3d/data/generate_options.hpp"
 #include "hybrid3d/data/preprocess_options.hpp"
+#include "hybrid3d/train/plan_options.hpp"
 #include "hybrid3d/train/predict_options.hpp"
 #include "hybrid3d/train/train_options.hpp"
 
@@ -29,7 +30,7 @@ class CommandLine {
   // Prints --help or a parse error the way CLI11 does; returns its exit code.
   int print(const CLI::Error& e) { return app_.exit(e); }
 
-  // The subcommand given: "train", "generate", "preprocess" or "predict".
+  // The subcommand given: "train", "generate", "preprocess", "predict" or "plan".
   std::string command() const;
 
   // The --model names in the help. The parser stays light (no model
@@ -40,6 +41,7 @@ class CommandLine {
   GenerateOptions generate;
   PreprocessOptions preprocess;
   PredictOptions predict;
+  PlanOptions plan;
   int threads = 0;  // --threads of train or predict (0: the default)
 
  private:
@@ -57,10 +59,11 @@ class CommandLine {
   void finish_predict();
 
   CLI::App app_{"hybrid3d: hybrid data x spatial parallel training of 3D CNNs"};
-  CLI::App *train_ = nullptr, *gen_ = nullptr, *prep_ = nullptr, *pred_ = nullptr;
+  CLI::App *train_ = nullptr, *gen_ = nullptr, *prep_ = nullptr, *pred_ = nullptr, *plan_ = nullptr;
   LayoutFlags train_layout_, pred_layout_;
   std::string decay_boundaries_, decay_factors_, class_weights_, allreduce_overlap_ = "auto";
   bool no_prefetch_ = false;
+  std::string memory_per_rank_, plan_memory_;
   std::string config_help_only_;
 };
 

@@ -21,6 +21,7 @@
 #include "hybrid3d/data/universe_writer.hpp"
 #include "hybrid3d/models/registry.hpp"
 #include "hybrid3d/parallel/comm.hpp"
+#include "hybrid3d/train/plan_command.hpp"
 #include "hybrid3d/train/checkpoint.hpp"
 #include "hybrid3d/train/predictor.hpp"
 #include "hybrid3d/train/regression_predictor.hpp"
@@ -111,6 +112,8 @@ int main(int argc, char** argv) {
         });
       else if (command == "preprocess")
         code = run_tool(world, [&] { h3d::preprocess_universes(world, cli.preprocess); });
+      else if (command == "plan")
+        code = run_tool(world, [&] { h3d::run_plan(world, cli.plan); });
       else
         code = run_tool(world, [&] {
           set_threads(world, cli.threads);

@@ -15,6 +15,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "hybrid3d/backend/elementwise_desc.hpp"
 #include "hybrid3d/core/allocator.hpp"
@@ -52,6 +53,8 @@ struct PoolDesc {
 
 enum class ActKind { kRelu, kLeakyRelu, kTanh, kScaledTanh, kScale };
 
+enum class ConvPass { kForward, kBackwardData, kBackwardWeights };
+
 class Backend : public BoxKernels {
  public:
   ~Backend() override = default;
@@ -73,6 +76,11 @@ class Backend : public BoxKernels {
   // dw = sum over n and outputs of dy * x; db = sum of dy (overwrites; db may be null)
   virtual void conv3d_backward_weights(const ConvDesc& d, const float* x, const float* dy, float* dw,
                                        float* db) = 0;
+  // The buffers (floats each) one call of `pass` on d takes from allocator()
+  // for itself while it runs, all held together and given back when it
+  // returns: copies of its arguments in the layout the kernel wants. The
+  // memory planner charges them (plan/memory_model.hpp). The default: none.
+  virtual std::vector<int64_t> conv3d_staging(const ConvDesc& /*d*/, ConvPass /*pass*/) { return {}; }
 
   virtual void pool3d_forward(const PoolDesc& d, const float* x, float* y) = 0;
   // dx (overwritten) from x, dy (max pooling finds the first maximum again).

@@ -8,6 +8,7 @@
 // storage from the CPU, so it is only for tensors whose allocator is
 // host_accessible(); a device backend moves data through its own ops.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <memory>
 
@@ -38,6 +39,10 @@ class Allocator {
   virtual void give(FloatBuffer&& b) = 0;
   // Whether the CPU may read and write its buffers directly.
   virtual bool host_accessible() const = 0;
+  // Element-wise fill and copy of its buffers (Tensor's fill and copies).
+  // An allocator that only accounts for memory (the planner's) skips them.
+  virtual void fill(float* p, size_t n, float v) { std::fill(p, p + n, v); }
+  virtual void copy(float* dst, const float* src, size_t n) { std::copy(src, src + n, dst); }
 };
 
 // The process's host allocator (the BufferPool).

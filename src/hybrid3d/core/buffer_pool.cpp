@@ -39,18 +39,37 @@ AlignedFloats allocate_aligned_floats(size_t n) {
   return AlignedFloats(reinterpret_cast<float*>(aligned), AlignedFloatDelete{size});
 }
 
+namespace {
+// Address space for a buffer that is accounted for but never used: no page
+// of it is committed unless written.
+AlignedFloats reserve_address_space(size_t n) {
+  const size_t page = 4096, size = std::max(page, (n * sizeof(float) + page - 1) / page * page);
+  void* raw = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED) throw std::bad_alloc();
+  return AlignedFloats(static_cast<float*>(raw), AlignedFloatDelete{size});
+}
+}  // namespace
+
 Allocator& host_allocator() { return BufferPool::instance(); }
 
 BufferPool& BufferPool::instance() {
-  static BufferPool pool;
+  static BufferPool pool(Backing::kMemory);
   return pool;
 }
 
-BufferPool::BufferPool() {
+BufferPool::BufferPool(Backing backing) : backing_(backing) {
   // The other large allocations (std::vector) mmap'd too: freeing one
   // returns its pages to the OS (glibc would otherwise raise the threshold
   // and keep them in the heap).
-  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  if (backing == Backing::kMemory) mallopt(M_MMAP_THRESHOLD, 1 << 20);
+}
+
+void BufferPool::fill(float* p, size_t n, float v) {
+  if (backing_ == Backing::kMemory) Allocator::fill(p, n, v);
+}
+
+void BufferPool::copy(float* dst, const float* src, size_t n) {
+  if (backing_ == Backing::kMemory) Allocator::copy(dst, src, n);
 }
 
 FloatBuffer BufferPool::take(size_t n) {
@@ -71,7 +90,7 @@ FloatBuffer BufferPool::take(size_t n) {
       stats_.pooled_bytes -= int64_t(f->first * sizeof(float));
       f = free_.erase(f);
     }
-    b.ptr = allocate_aligned_floats(n);
+    b.ptr = backing_ == Backing::kMemory ? allocate_aligned_floats(n) : reserve_address_space(n);
     b.capacity = n;
   }
   stats_.live_bytes += int64_t(b.capacity * sizeof(float));
@@ -104,6 +123,7 @@ BufferPool::Stats BufferPool::stats() const {
 void BufferPool::reset_peak() {
   std::lock_guard<std::mutex> lock(mu_);
   stats_.peak_bytes = stats_.live_bytes + stats_.pooled_bytes;
+  stats_.peak_live_bytes = stats_.live_bytes;
 }
 
 }  // namespace h3d

@@ -24,9 +24,18 @@ namespace h3d {
 // per 4 KiB, and freeing it returns the memory to the OS at once.
 class BufferPool : public Allocator {
  public:
+  // What its buffers are. kMemory: host memory (the process's pool,
+  // instance()). kAddressSpace: address space that is reserved and never
+  // touched (MAP_NORESERVE), whose fill and copy do nothing: the memory
+  // planner replays a step's allocations through the same policy to measure
+  // their footprint without having the memory (plan/memory_model.hpp).
+  enum class Backing { kMemory, kAddressSpace };
+  explicit BufferPool(Backing backing);
   static BufferPool& instance();
-  const char* name() const override { return "host"; }
+  const char* name() const override { return backing_ == Backing::kMemory ? "host" : "address space"; }
   bool host_accessible() const override { return true; }
+  void fill(float* p, size_t n, float v) override;
+  void copy(float* dst, const float* src, size_t n) override;
   // A buffer of at least n floats, contents unspecified. Reuses the smallest
   // free buffer that fits and wastes at most a quarter of it. On a miss it
   // returns free buffers to the OS, smallest first, until live + pooled + n
@@ -42,10 +51,12 @@ class BufferPool : public Allocator {
     int64_t peak_live_bytes = 0;
   };
   Stats stats() const;
+  // Both peaks start over from what is held now (after trim(): as in a
+  // fresh process, so that the pool trims as it would there).
   void reset_peak();
 
  private:
-  BufferPool();
+  const Backing backing_;
   mutable std::mutex mu_;
   std::multimap<size_t, AlignedFloats> free_;  // by capacity
   Stats stats_;

@@ -32,7 +32,7 @@ class Tensor {
     if (this == &o) return *this;
     if (buf_.capacity == 0) alloc_ = o.alloc_;
     reshape_uninit(o.shape_);
-    if (numel_) std::memcpy(data(), o.data(), size_t(numel_) * sizeof(float));
+    if (numel_) alloc_->copy(data(), o.data(), size_t(numel_));
     return *this;
   }
   Tensor& operator=(Tensor&& o) noexcept {
@@ -92,7 +92,9 @@ class Tensor {
   }
   // Capacity in floats (at least numel()).
   size_t capacity() const { return buf_.capacity; }
-  void fill(float v) { std::fill(data(), data() + numel_, v); }
+  void fill(float v) {
+    if (numel_) alloc_->fill(data(), size_t(numel_), v);
+  }
 
   const std::vector<int64_t>& shape() const { return shape_; }
   int64_t dim(int i) const { return shape_.at(static_cast<size_t>(i)); }

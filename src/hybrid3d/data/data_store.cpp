@@ -1,5 +1,7 @@
 #include "hybrid3d/data/data_store.hpp"
 
+#include "hybrid3d/core/bytes.hpp"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -58,16 +60,7 @@ std::string DataStore::describe() const {
 }
 
 int64_t default_cache_bytes(int ranks_on_node) {
-  // MemAvailable from /proc/meminfo (kB); if unreadable, the physical pages.
-  int64_t avail = 0;
-  std::ifstream f("/proc/meminfo");
-  std::string key;
-  int64_t kb = 0;
-  std::string unit;
-  while (f >> key >> kb >> unit)
-    if (key == "MemAvailable:") avail = kb * 1024;
-  if (avail <= 0) avail = int64_t(sysconf(_SC_AVPHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
-  return avail / 4 / std::max(1, ranks_on_node);
+  return available_memory_bytes() / 4 / std::max(1, ranks_on_node);
 }
 
 std::string DataStore::usage() const {

@@ -5,15 +5,17 @@ namespace h3d {
 void Activation::apply(StepContext& ctx, const float* x, Tensor& y) {
   ctx.backend->activation_forward(kind_, p_, x, y.data(), y.numel());
   if (ctx.training && sign_mask_kind()) {
-    mask_.resize(size_t((y.numel() + 63) / 64));
-    ctx.backend->sign_mask(y.data(), mask_.data(), y.numel());
+    // One bit per output, in 64-bit words: two floats of storage per word.
+    mask_.set_allocator(ctx.backend->allocator());
+    mask_.reshape_uninit({2 * ((y.numel() + 63) / 64)});
+    ctx.backend->sign_mask(y.data(), mask_words(), y.numel());
   }
 }
 
 void Activation::apply_grad(StepContext& ctx, const Tensor& y, const float* dy, Tensor& dx) {
   if (sign_mask_kind()) {
-    H3D_CHECK(int64_t(mask_.size()) * 64 >= dx.numel(), "layer " << name_ << ": backward without a training forward");
-    ctx.backend->masked_slope_backward(mask_.data(), kind_ == ActKind::kRelu ? 0.0f : p_, dy, dx.data(), dx.numel());
+    H3D_CHECK(mask_.numel() * 32 >= dx.numel(), "layer " << name_ << ": backward without a training forward");
+    ctx.backend->masked_slope_backward(mask_words(), kind_ == ActKind::kRelu ? 0.0f : p_, dy, dx.data(), dx.numel());
     return;
   }
   ctx.backend->activation_backward(kind_, p_, y.data(), dy, dx.data(), dx.numel());

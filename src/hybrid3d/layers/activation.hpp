@@ -25,7 +25,7 @@ class Activation : public Layer {
   bool backward_reads_input() const override { return false; }
   bool in_place() const override { return true; }
   bool backward_reads_output() const override { return !sign_mask_kind(); }
-  void release_saved() override { std::vector<uint64_t>().swap(mask_); }
+  void release_saved() override { mask_.release(); }
 
  private:
   bool sign_mask_kind() const { return kind_ == ActKind::kRelu || kind_ == ActKind::kLeakyRelu; }
@@ -34,7 +34,10 @@ class Activation : public Layer {
   void apply_grad(StepContext& ctx, const Tensor& y, const float* dy, Tensor& dx);
   ActKind kind_;
   float p_;
-  std::vector<uint64_t> mask_;  // bit i: output i > 0 (ReLUs, training)
+  // Bit i: output i > 0 (ReLUs, training). A tensor of the backend's
+  // allocator, so that the mask lives where the activations do.
+  Tensor mask_;
+  uint64_t* mask_words() { return reinterpret_cast<uint64_t*>(mask_.data()); }
 };
 
 }  // namespace h3d

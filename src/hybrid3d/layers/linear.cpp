@@ -137,6 +137,7 @@ void Linear::backward_deterministic(StepContext& ctx, const Tensor& x, const Ten
 const float* Linear::local_weight(Backend& backend) {
   if (!spatial_) return weight_.value.data();
   int64_t f = int64_t(columns_.size());
+  w_local_.set_allocator(backend.allocator());
   w_local_.reshape_like({out_, f});
   backend.gather_columns(out_, in_, weight_.value.data(), columns_.data(), f, w_local_.data());
   return w_local_.data();
@@ -163,6 +164,7 @@ void Linear::backward(StepContext& ctx, const Tensor& x, const Tensor&, const Te
     ctx.backend->gemm(true, false, out_, f, n, 1.0f, dy.data(), out_, x.data(), f, 0.0f, weight_.grad.data(), f);
     return;
   }
+  dw_local_.set_allocator(ctx.backend->allocator());
   dw_local_.reshape_like({out_, f});
   ctx.backend->gemm(true, false, out_, f, n, 1.0f, dy.data(), out_, x.data(), f, 0.0f, dw_local_.data(), f);
   ctx.backend->fill(weight_.grad.data(), weight_.grad.numel(), 0.0f);

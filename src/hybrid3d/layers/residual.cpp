@@ -36,6 +36,8 @@ ActShape ResidualAdd::setup(const ActShape& in, const ProcessGrid& grid) {
 void ResidualAdd::add_shortcut(StepContext& ctx, Tensor& y) {
   const Tensor* s = &link_->kept;
   if (conv_) {
+    conv_out_.set_allocator(ctx.backend->allocator());
+    bn_out_.set_allocator(ctx.backend->allocator());
     conv_->forward(ctx, link_->kept, conv_out_);
     bn_->forward(ctx, conv_out_, bn_out_);
     s = &bn_out_;
@@ -63,7 +65,7 @@ void ResidualAdd::backward(StepContext& ctx, const Tensor& x, const Tensor& y, c
 
 void ResidualAdd::backward_consuming(StepContext& ctx, const Tensor&, const Tensor&, Tensor& dy, Tensor& dx) {
   if (conv_) {
-    Tensor d_conv;
+    Tensor d_conv(ctx.backend->allocator());
     bn_->backward(ctx, conv_out_, Tensor(), dy, d_conv);
     conv_->backward(ctx, link_->kept, conv_out_, d_conv, link_->grad);
     release_saved();

@@ -58,6 +58,19 @@ Comm::Comm(MPI_Comm c, bool owned) : comm_(c), owned_(owned) {
   H3D_MPI(MPI_Comm_size(c, &size_));
 }
 
+Comm Comm::simulated(int rank, int size) {
+  Comm c;
+  c.simulated_ = true;
+  c.rank_ = rank;
+  c.size_ = size;
+  return c;
+}
+
+void Comm::require_real(const char* what) const {
+  H3D_CHECK(!simulated_, what << " on a simulated communicator (the memory planner replays only reductions, "
+                                 "broadcasts and halo messages)");
+}
+
 Comm::~Comm() {
   if (owned_ && comm_ != MPI_COMM_NULL) {
     int finalized = 0;
@@ -73,6 +86,9 @@ Comm& Comm::operator=(Comm&& o) noexcept {
     owned_ = o.owned_;
     rank_ = o.rank_;
     size_ = o.size_;
+    simulated_ = o.simulated_;
+    sim_messages_ = o.sim_messages_;
+    sim_bytes_ = o.sim_bytes_;
     o.comm_ = MPI_COMM_NULL;
     o.owned_ = false;
   }
@@ -80,24 +96,29 @@ Comm& Comm::operator=(Comm&& o) noexcept {
 }
 
 Comm Comm::split(int color, int key) const {
+  require_real("split");
   MPI_Comm out;
   H3D_MPI(MPI_Comm_split(comm_, color, key, &out));
   return Comm(out, true);
 }
 
 Comm Comm::node() const {
+  require_real("node");
   MPI_Comm out;
   H3D_MPI(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &out));
   return Comm(out, true);
 }
 
 Comm Comm::dup() const {
+  require_real("dup");
   MPI_Comm out;
   H3D_MPI(MPI_Comm_dup(comm_, &out));
   return Comm(out, true);
 }
 
-void Comm::barrier() const { H3D_MPI(MPI_Barrier(comm_)); }
+void Comm::barrier() const {
+  if (!simulated_) H3D_MPI(MPI_Barrier(comm_));
+}
 
 // MPI counts are int: reduce in chunks so tensors past 2^31 elements work.
 template <typename T>
@@ -110,21 +131,21 @@ static void allreduce_chunked(MPI_Comm c, T* data, int64_t n, MPI_Datatype type)
 }
 
 void Comm::allreduce_sum(float* data, int64_t n) const {
-  if (size_ > 1 && n > 0) allreduce_chunked(comm_, data, n, MPI_FLOAT);
+  if (reduces() && n > 0) allreduce_chunked(comm_, data, n, MPI_FLOAT);
 }
 void Comm::allreduce_sum(double* data, int64_t n) const {
-  if (size_ > 1 && n > 0) allreduce_chunked(comm_, data, n, MPI_DOUBLE);
+  if (reduces() && n > 0) allreduce_chunked(comm_, data, n, MPI_DOUBLE);
 }
 double Comm::allreduce_max(double v) const {
-  if (size_ > 1) H3D_MPI(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_MAX, comm_));
+  if (reduces()) H3D_MPI(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_MAX, comm_));
   return v;
 }
 int64_t Comm::allreduce_sum(int64_t v) const {
-  if (size_ > 1) H3D_MPI(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT64_T, MPI_SUM, comm_));
+  if (reduces()) H3D_MPI(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT64_T, MPI_SUM, comm_));
   return v;
 }
 void Comm::bcast(void* data, int64_t bytes, int root) const {
-  if (size_ == 1) return;
+  if (!reduces()) return;
   constexpr int64_t kPiece = int64_t(1) << 30;  // MPI counts are int
   for (int64_t off = 0; off < bytes; off += kPiece)
     H3D_MPI(MPI_Bcast(static_cast<char*>(data) + off, static_cast<int>(std::min(kPiece, bytes - off)), MPI_BYTE, root,
@@ -184,7 +205,7 @@ struct Int128Mpi {
 
 template <typename T>
 void Comm::allreduce(T* data, int64_t n, ReduceOp op) const {
-  if (size_ > 1 && n > 0) H3D_MPI(MPI_Allreduce(MPI_IN_PLACE, data, mpi_count(n), mpi_type<T>(), mpi_op(op), comm_));
+  if (reduces() && n > 0) H3D_MPI(MPI_Allreduce(MPI_IN_PLACE, data, mpi_count(n), mpi_type<T>(), mpi_op(op), comm_));
 }
 
 int Comm::allreduce_min(int v) const {
@@ -193,7 +214,7 @@ int Comm::allreduce_min(int v) const {
 }
 
 void Comm::allreduce_sum_int128(__int128* data, int64_t n) const {
-  if (size_ == 1 || n == 0) return;
+  if (!reduces() || n == 0) return;
   static const Int128Mpi m;
   const int64_t chunk = std::numeric_limits<int>::max() / 32;
   for (int64_t off = 0; off < n; off += chunk)
@@ -202,24 +223,28 @@ void Comm::allreduce_sum_int128(__int128* data, int64_t n) const {
 
 template <typename T>
 void Comm::gather(const T* mine, int64_t n, T* all, int root) const {
+  require_real("gather");
   H3D_MPI(MPI_Gather(mine, mpi_count(n), mpi_type<T>(), all, mpi_count(n), mpi_type<T>(), root, comm_));
 }
 
 template <typename T>
 void Comm::gatherv(const T* mine, int64_t n, T* all, const std::vector<int>& counts, const std::vector<int>& displs,
                    int root) const {
+  require_real("gatherv");
   H3D_MPI(MPI_Gatherv(mine, mpi_count(n), mpi_type<T>(), all, counts.data(), displs.data(), mpi_type<T>(), root,
                       comm_));
 }
 
 template <typename T>
 void Comm::allgather(const T* mine, int64_t n, T* all) const {
+  require_real("allgather");
   H3D_MPI(MPI_Allgather(mine, mpi_count(n), mpi_type<T>(), all, mpi_count(n), mpi_type<T>(), comm_));
 }
 
 template <typename T>
 void Comm::scatterv(const T* send, const std::vector<int>& counts, const std::vector<int>& displs, T* out, int64_t n,
                     int root) const {
+  require_real("scatterv");
   H3D_MPI(MPI_Scatterv(send, counts.data(), displs.data(), mpi_type<T>(), out, mpi_count(n), mpi_type<T>(), root,
                        comm_));
 }
@@ -227,16 +252,23 @@ void Comm::scatterv(const T* send, const std::vector<int>& counts, const std::ve
 template <typename T>
 void Comm::alltoallv(const T* send, const std::vector<int>& send_counts, const std::vector<int>& send_displs, T* recv,
                      const std::vector<int>& recv_counts, const std::vector<int>& recv_displs) const {
+  require_real("alltoallv");
   H3D_MPI(MPI_Alltoallv(send, send_counts.data(), send_displs.data(), mpi_type<T>(), recv, recv_counts.data(),
                         recv_displs.data(), mpi_type<T>(), comm_));
 }
 
 void Comm::irecv(float* buf, int64_t n, int peer, int tag, Requests& reqs) const {
+  if (simulated_) return;
   reqs.reqs_.emplace_back();
   H3D_MPI(MPI_Irecv(buf, mpi_count(n), MPI_FLOAT, peer, tag, comm_, &reqs.reqs_.back()));
 }
 
 void Comm::isend(const float* buf, int64_t n, int peer, int tag, Requests& reqs) const {
+  if (simulated_) {
+    ++sim_messages_;
+    sim_bytes_ += n * int64_t(sizeof(float));
+    return;
+  }
   reqs.reqs_.emplace_back();
   H3D_MPI(MPI_Isend(buf, mpi_count(n), MPI_FLOAT, peer, tag, comm_, &reqs.reqs_.back()));
 }

@@ -64,6 +64,15 @@ class Comm {
   static Comm borrow(MPI_Comm c) { return Comm(c, false); }
   static Comm world() { return borrow(MPI_COMM_WORLD); }
   static Comm self() { return borrow(MPI_COMM_SELF); }
+  // Rank `rank` of a communicator of `size` ranks that exists only in this
+  // process: reductions, broadcasts and point-to-point messages do nothing
+  // (each rank's data stays as it is); the rest is an Error. The memory
+  // planner replays one rank of a layout with it (plan/memory_model.hpp).
+  static Comm simulated(int rank, int size);
+  bool is_simulated() const { return simulated_; }
+  // What a simulated communicator's isend calls would have sent.
+  int64_t simulated_messages() const { return sim_messages_; }
+  int64_t simulated_bytes() const { return sim_bytes_; }
   Comm() = default;
   ~Comm();
   Comm(const Comm&) = delete;
@@ -123,8 +132,12 @@ class Comm {
 
  private:
   Comm(MPI_Comm c, bool owned);
+  // Whether a reduction must talk to other ranks.
+  bool reduces() const { return size_ > 1 && !simulated_; }
+  void require_real(const char* what) const;
   MPI_Comm comm_ = MPI_COMM_NULL;
-  bool owned_ = false;
+  bool owned_ = false, simulated_ = false;
+  mutable int64_t sim_messages_ = 0, sim_bytes_ = 0;
   int rank_ = 0, size_ = 1;
 };
 

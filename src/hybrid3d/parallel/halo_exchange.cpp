@@ -69,14 +69,21 @@ void HaloExchange::post(const Comm& group, BoxKernels& k, std::vector<Region>& i
   ProfileScope timed(prof::kHaloExposed);
   const int64_t nc = src.dim(0) * src.dim(1);
   H3D_CHECK(reqs_.empty(), "a halo exchange started while the previous one is outstanding");
+  // Message buffers come from the exchanged tensor's allocator (device
+  // memory for a device backend) and are kept between steps.
+  auto size_buffer = [&](Region& r) {
+    if (&r.buf.allocator() != &src.allocator()) r.buf.release();
+    r.buf.set_allocator(src.allocator());
+    r.buf.reshape_uninit({nc * r.box.volume()});
+  };
   for (auto& r : incoming) {
-    r.buf.resize(static_cast<size_t>(nc * r.box.volume()));
-    group.irecv(r.buf.data(), int64_t(r.buf.size()), r.peer, tag, reqs_);
+    size_buffer(r);
+    group.irecv(r.buf.data(), r.buf.numel(), r.peer, tag, reqs_);
   }
   for (auto& r : outgoing) {
-    r.buf.resize(static_cast<size_t>(nc * r.box.volume()));
+    size_buffer(r);
     k.copy_box(src.data(), src_origin, r.buf.data(), r.box, r.box, nc, CopyMode::kAssign);
-    group.isend(r.buf.data(), int64_t(r.buf.size()), r.peer, tag, reqs_);
+    group.isend(r.buf.data(), r.buf.numel(), r.peer, tag, reqs_);
   }
 }
 

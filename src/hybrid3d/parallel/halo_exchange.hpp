@@ -70,7 +70,7 @@ class HaloExchange {
   struct Region {
     int peer;
     Box box;
-    std::vector<float> buf;
+    Tensor buf;  // [nc * box volume]
   };
   void post(const Comm& group, BoxKernels& k, std::vector<Region>& incoming, std::vector<Region>& outgoing, const Tensor& src,
             const Box& src_origin, int tag);

@@ -18,6 +18,11 @@ ProcessGrid::ProcessGrid(const Comm& world, std::array<int, 3> spatial) : world_
   g_ = world.rank() / S;
   int s = world.rank() % S;
   coord_ = {s / (spatial[1] * spatial[2]), (s / spatial[2]) % spatial[1], s % spatial[2]};
+  if (world.is_simulated()) {  // one rank of a layout, replayed by the memory planner
+    group_ = Comm::simulated(s, S);
+    replicas_ = Comm::simulated(g_, groups_);
+    return;
+  }
   group_ = world.split(g_, s);
   replicas_ = world.split(s, g_);
 }

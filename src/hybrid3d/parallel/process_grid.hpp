@@ -15,7 +15,8 @@ namespace h3d {
 class ProcessGrid {
  public:
   // Collective over `world`. Throws UsageError if world.size() is not a
-  // multiple of D*H*W.
+  // multiple of D*H*W. On a simulated world (Comm::simulated) the group and
+  // replica communicators are simulated too.
   ProcessGrid(const Comm& world, std::array<int, 3> spatial);
 
   const Comm& world() const { return *world_; }

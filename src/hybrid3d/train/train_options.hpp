@@ -18,6 +18,12 @@ enum class Overlap { kAuto, kOn, kOff };
 struct TrainOptions {
   ModelOptions model;
   std::array<int, 3> spatial{1, 1, 1};
+  bool spatial_auto = false;  // --spatial auto: the fastest layout that fits (plan/planner.hpp)
+  // The memory check before the first step (train/memory_check.hpp):
+  // --memory-per-rank (bytes; 0: what the node has), --force to run anyway.
+  int64_t memory_per_rank = 0;
+  bool force = false;
+  std::string machine;  // --machine: rates for --spatial auto (plan/time_model.hpp)
   int64_t batch_size = 1;  // global
   int64_t steps = 0, epochs = 0;
   OptimizerOptions optimizer;

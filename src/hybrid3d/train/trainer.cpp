@@ -11,6 +11,7 @@
 #include "hybrid3d/data/hdf5_source.hpp"
 #include "hybrid3d/models/registry.hpp"
 #include "hybrid3d/parallel/output_dir.hpp"
+#include "hybrid3d/train/memory_check.hpp"
 #include "hybrid3d/train/network_weights.hpp"
 #include "hybrid3d/train/nonfinite_guard.hpp"
 #include "hybrid3d/train/profile_report.hpp"
@@ -31,6 +32,17 @@ std::string hms(double s) {
 }  // namespace
 
 Trainer::Trainer(const Comm& world, TrainOptions o) : o_(std::move(o)) {
+  // The layout (--spatial auto), and below, once everything else is known
+  // to be valid, whether it fits (train/memory_check.hpp). Every rank
+  // computes the same.
+  PlanRequest plan = plan_request(o_, world.size(), ranks_on_this_node(world));
+  if (o_.spatial_auto) {
+    o_.spatial = choose_layout(plan);
+    if (world.rank() == 0 && !o_.quiet)
+      std::printf("--spatial auto: %dx%dx%d, the fastest layout predicted to fit (hybrid3d plan lists them)\n",
+                  o_.spatial[0], o_.spatial[1], o_.spatial[2]);
+  }
+  plan.base.spatial = o_.spatial;
   grid_ = std::make_unique<ProcessGrid>(world, o_.spatial);
   H3D_USAGE_CHECK(o_.batch_size >= grid_->data_groups(),
                   "--batch-size " << o_.batch_size << " is smaller than the " << grid_->data_groups()
@@ -63,6 +75,11 @@ Trainer::Trainer(const Comm& world, TrainOptions o) : o_(std::move(o)) {
   sampler_ = std::make_unique<TrainSampler>(train.size(), o_.batch_size, o_.model.seed, parse_last_batch(o_.last_batch));
 
   net_ = build_model_for(o_.model, train.extent(), *grid_, o_.deterministic);
+  // Every flag, the data and the layout are valid: does it fit? (Nothing
+  // large is allocated yet: weights only.)
+  plan.base.extent = train.extent();
+  check_memory(plan, o_, world.rank() == 0);
+  BufferPool::instance().trim();  // the check's copy of the weights goes back to the OS
   H3D_USAGE_CHECK(o_.bucket_mib > 0, "--allreduce-bucket-mib must be positive (for example 8)");
   reducer_.plan(*grid_, net_.params_by_layer(), int64_t(o_.bucket_mib * (1 << 20)), o_.allreduce_overlap,
                 omp_get_max_threads());

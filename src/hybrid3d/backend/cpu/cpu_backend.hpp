@@ -25,6 +25,7 @@ class CpuBackend : public Backend {
                              const Box& region) override;
   void conv3d_backward_data(const ConvDesc& d, const float* dy, const float* w, float* dx) override;
   void conv3d_backward_weights(const ConvDesc& d, const float* x, const float* dy, float* dw, float* db) override;
+  std::vector<int64_t> conv3d_staging(const ConvDesc& d, ConvPass pass) override;
   void pool3d_forward(const PoolDesc& d, const float* x, float* y) override;
   void pool3d_backward(const PoolDesc& d, const float* x, const float* dy, float* dx) override;
   void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,

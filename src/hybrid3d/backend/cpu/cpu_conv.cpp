@@ -276,4 +276,37 @@ void CpuBackend::conv3d_backward_weights(const ConvDesc& d, const float* x, cons
     for (int64_t co = 0; co < d.cout; ++co) db[co] = 0.0f;
 }
 
+// What the calls above take from the pool while they run: the staged
+// arguments of one primitive call (of the first D slab where the call goes
+// in slabs) and, for backward weights in slabs, the partial weights.
+std::vector<int64_t> CpuBackend::conv3d_staging(const ConvDesc& d, ConvPass pass) {
+  std::vector<int64_t> out;
+  auto add = [&out](const StagedArg& a) {
+    if (a.staged()) out.push_back(a.staged_floats());
+  };
+  dnnl_call("convolution staging", [&] {
+    if (pass == ConvPass::kForward) {
+      const int64_t plane_bytes = d.n * d.cout * d.out[1] * d.out[2] * int64_t(sizeof(float));
+      const Impl::ConvPrims* p = &impl_->conv(d);
+      if (plane_bytes * d.out[0] > kMaxStagingBytes) {
+        const int64_t planes = std::max<int64_t>(1, kMaxStagingBytes / plane_bytes);
+        std::array<int64_t, 3> o{};
+        const ConvDesc s = sub_convolution(
+            d, Box{{Range{0, std::min(planes, d.out[0])}, Range{0, d.out[1]}, Range{0, d.out[2]}}}, o);
+        p = &impl_->conv(s, d.in, d.out, p);
+      }
+      for (const StagedArg* a : {&p->f_src, &p->f_wei, &p->f_dst}) add(*a);
+    } else if (pass == ConvPass::kBackwardData) {
+      const Impl::ConvPrims& p = impl_->conv(d);
+      for (const StagedArg* a : {&p.d_ddst, &p.d_wei, &p.d_dsrc}) add(*a);
+    } else {
+      const std::vector<DSlab> slabs = d_slabs(d);
+      const Impl::ConvPrims& p = slabs.size() == 1 ? impl_->conv(d) : impl_->conv(slabs[0].desc, d.in, d.out);
+      if (slabs.size() > 1) out.push_back(d.cout * d.cin * d.k[0] * d.k[1] * d.k[2]);
+      for (const StagedArg* a : {&p.w_src, &p.w_ddst, &p.w_dwei}) add(*a);
+    }
+  });
+  return out;
+}
+
 }  // namespace h3d

@@ -38,6 +38,8 @@ class StagedArg {
   dnnl::memory output(const dnnl::engine& eng, float* p);
   void finish_output(dnnl::stream& s, dnnl::memory& written, float* p);
   bool staged() const { return bool(to_wanted_); }
+  // Floats of its staging buffer (0: not staged).
+  int64_t staged_floats() const { return staged() ? int64_t(wanted_.get_size() / sizeof(float)) : 0; }
   // Hands the staging buffer back to the pool.
   void release() { staging_.release(); }
 

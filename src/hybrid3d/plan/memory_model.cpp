@@ -1,0 +1,153 @@
+#include "hybrid3d/plan/memory_model.hpp"
+
+#include <algorithm>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "hybrid3d/backend/registry.hpp"
+#include "hybrid3d/core/error.hpp"
+#include "hybrid3d/models/registry.hpp"
+#include "hybrid3d/parallel/comm.hpp"
+#include "hybrid3d/parallel/process_grid.hpp"
+#include "hybrid3d/plan/dry_backend.hpp"
+
+namespace h3d {
+
+namespace {
+
+constexpr int kReplayedSteps = 2;  // the first fills the pool; the second is every later step
+
+// Samples of data group g: its share [lo, hi) of the global batch (as Trainer).
+std::pair<int64_t, int64_t> group_share(int64_t batch, int groups, int g) {
+  return {int64_t(g) * batch / groups, int64_t(g + 1) * batch / groups};
+}
+
+// The spatial rank whose block is largest, and among those the one with
+// the most neighbours (the most halo): per axis, the largest block, inner
+// ones first.
+int fullest_block(const Distribution& d) {
+  std::array<int, 3> c{};
+  for (int a = 0; a < 3; ++a) {
+    const auto& b = d.bounds(a);
+    const int n = int(b.size()) - 1;
+    auto rank_of = [&](int i) { return std::make_pair(b[size_t(i) + 1] - b[size_t(i)], int(i > 0) + int(i < n - 1)); };
+    for (int i = 1; i < n; ++i)
+      if (rank_of(i) > rank_of(c[size_t(a)])) c[size_t(a)] = i;
+  }
+  return (c[0] * d.grid()[1] + c[1]) * d.grid()[2] + c[2];
+}
+
+}  // namespace
+
+std::string MemoryEstimate::dominant() const {
+  const std::pair<const char*, int64_t> parts[] = {{"activations", activations}, {"input", input},
+                                                   {"parameters", parameters}, {"optimizer state", optimizer},
+                                                   {"data store", data_store}, {"process", process}};
+  const auto* top = &parts[0];
+  for (const auto& p : parts)
+    if (p.second > top->second) top = &p;
+  std::ostringstream os;
+  os << top->first << " (" << (total() > 0 ? 100 * top->second / total() : 0) << "%)";
+  return os.str();
+}
+
+int64_t process_bytes(int ranks_per_node) {
+  // Measured on this machine (docs/scaling.md, "Memory"): a rank's peak RSS
+  // less its BufferPool peak, without a data store: 42 MiB for cosmoflow
+  // 32^3 on 1 rank, 49 MiB per rank for cosmoflow 64^3 on 8.
+  constexpr int64_t kBase = int64_t(42) << 20, kPerPeer = int64_t(1) << 20;
+  return kBase + kPerPeer * std::max(0, ranks_per_node - 1);
+}
+
+RankReplay replay_rank(const MemoryRequest& r, int rank) {
+  const Comm world = Comm::simulated(rank, r.ranks);
+  const ProcessGrid grid(world, r.spatial);
+  H3D_USAGE_CHECK(r.batch_size >= grid.data_groups(),
+                  "--batch-size " << r.batch_size << " is smaller than the " << grid.data_groups()
+                                  << " data-parallel groups of " << grid.describe());
+  std::unique_ptr<Backend> real = make_backend(r.backend);
+  DryBackend dry(*real);
+  Network net = build_model_for(r.model, r.extent, grid);
+
+  RankReplay out_replay;
+  MemoryEstimate& e = out_replay.memory;
+  e.replayed_rank = rank;
+  for (const Param* p : net.params()) e.parameters += 2 * p->value.numel() * int64_t(sizeof(float));
+  e.optimizer = int64_t(r.optimizer_slots) * (e.parameters / 2);
+  for (const StateBuffer* b : net.buffers()) e.parameters += b->value.numel() * int64_t(sizeof(float));
+  e.data_store = r.data_store_bytes;
+  e.process = process_bytes(r.ranks_per_node);
+
+  const auto [lo, hi] = group_share(r.batch_size, grid.data_groups(), grid.group_index());
+  const int64_t n = hi - lo;
+  const ActShape& in = net.input_shape();
+  const auto ext = in.dist.box(grid.spatial_rank()).extents();
+  const std::vector<int64_t> x_shape{n, in.channels, ext[0], ext[1], ext[2]};
+  const int64_t wish = std::max(net.input_capacity_wish(n), Tensor::count(x_shape));
+  // The parameters' memory as the run holds it, in the same pool and order,
+  // so that the pool's reuse and trimming see what the real pool sees:
+  // weights, gradients and buffers from the start, optimizer state from the
+  // first update on.
+  std::vector<Tensor> held;
+  auto hold = [&](int64_t floats) {
+    held.emplace_back(dry.allocator());
+    held.back().reshape_uninit({floats});
+  };
+  for (const Param* p : net.params()) hold(p->value.numel()), hold(p->grad.numel());
+  for (const StateBuffer* b : net.buffers()) hold(b->value.numel());
+  Tensor next(dry.allocator()), out(dry.allocator());  // the prefetched batch; the trainer's copy of the output
+  for (int64_t step = 0; step < kReplayedSteps; ++step) {
+    dry.reset_work();  // the work of the last step is what every step does
+    const int64_t m0 = grid.group().simulated_messages(), b0 = grid.group().simulated_bytes();
+    out_replay.halo_messages = -m0;
+    out_replay.halo_bytes = -b0;
+    Tensor x(dry.allocator());
+    x.reserve(wish);
+    x.reshape_uninit(x_shape);
+    if (r.prefetch) next.reserve(wish);
+    StepContext ctx = make_step_context(&dry, &grid, r.model.seed, true, true, step, lo, n);
+    out = net.forward(ctx, std::move(x));
+    Tensor dy(dry.allocator());
+    dy.reshape_uninit(out.shape());
+    net.backward(ctx, std::move(dy));
+    out_replay.halo_messages += grid.group().simulated_messages();
+    out_replay.halo_bytes += grid.group().simulated_bytes();
+    if (step == 0)
+      for (const Param* p : net.params())
+        for (int k = 0; k < r.optimizer_slots; ++k) hold(p->value.numel());
+  }
+  e.input = r.prefetch ? wish * int64_t(sizeof(float)) : 0;
+  e.activations = dry.pool().stats().peak_bytes - e.input - e.parameters - e.optimizer;
+  out_replay.work = dry.work();
+  // The optimizer update (not replayed): reads weights, gradients and
+  // state, writes weights and state.
+  out_replay.work.stream_bytes += double(3 + 2 * r.optimizer_slots) * double(e.parameters / 2);
+  out_replay.gradient_bytes = e.parameters / 2;
+  return out_replay;
+}
+
+std::vector<RankReplay> replay_layout(const MemoryRequest& r) {
+  H3D_USAGE_CHECK(r.ranks >= 1, "a layout needs at least one rank");
+  const int S = r.spatial[0] * r.spatial[1] * r.spatial[2];
+  H3D_USAGE_CHECK(S >= 1 && r.ranks % S == 0, "spatial " << r.spatial[0] << "x" << r.spatial[1] << "x"
+                                                          << r.spatial[2] << " does not divide " << r.ranks
+                                                          << " ranks");
+  // The last data group has the most samples (its share rounds up).
+  const int last_group = (r.ranks / S - 1) * S;
+  const Network net = build_model(r.model);
+  const Distribution d = Distribution::balanced(r.extent, r.spatial, net.alignment());
+  std::vector<RankReplay> out{replay_rank(r, last_group)};
+  const int fullest = fullest_block(d);
+  if (fullest != 0) out.push_back(replay_rank(r, last_group + fullest));
+  return out;
+}
+
+MemoryEstimate estimate_memory(const MemoryRequest& r) {
+  MemoryEstimate worst;
+  for (const RankReplay& rr : replay_layout(r))
+    if (rr.memory.total() > worst.total()) worst = rr.memory;
+  return worst;
+}
+
+}  // namespace h3d

@@ -1,0 +1,207 @@
+#include "hybrid3d/plan/time_model.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "hybrid3d/backend/registry.hpp"
+#include "hybrid3d/core/error.hpp"
+#include "hybrid3d/core/profiler.hpp"
+#include "hybrid3d/core/tensor.hpp"
+#include "hybrid3d/parallel/comm.hpp"
+
+namespace h3d {
+
+std::array<double, 3> Machine::rates(const ConvClass& c) const {
+  for (const auto& r : conv)
+    if (!(r.cls < c) && !(c < r.cls)) return r.gflops;
+  return conv_gflops;
+}
+
+namespace {
+
+double positive(const nlohmann::json& j, const char* key, double fallback, const std::string& path) {
+  if (!j.contains(key)) return fallback;
+  H3D_USAGE_CHECK(j[key].is_number() && j[key].get<double>() > 0,
+                  "--machine " << path << ": '" << key << "' must be a positive number");
+  return j[key].get<double>();
+}
+
+std::array<double, 3> three_rates(const nlohmann::json& j, const std::string& path) {
+  H3D_USAGE_CHECK(j.is_array() && j.size() == 3, "--machine " << path << ": a convolution rate is [forward, "
+                                                                 "backward data, backward weights] in GFLOP/s");
+  std::array<double, 3> out{};
+  for (size_t i = 0; i < 3; ++i) {
+    H3D_USAGE_CHECK(j[i].is_number() && j[i].get<double>() > 0, "--machine " << path << ": rates must be positive");
+    out[i] = j[i].get<double>();
+  }
+  return out;
+}
+
+}  // namespace
+
+Machine Machine::load(const std::string& path) {
+  std::ifstream f(path);
+  H3D_USAGE_CHECK(f.good(), "--machine: cannot open '" << path << "' (write one with hybrid3d plan --calibrate)");
+  nlohmann::json j;
+  try {
+    f >> j;
+  } catch (const std::exception& e) {
+    H3D_THROW(UsageError, "--machine " << path << ": not JSON (" << e.what() << ")");
+  }
+  H3D_USAGE_CHECK(j.is_object(), "--machine " << path << ": expected a JSON object");
+  Machine m;
+  if (j.contains("name")) m.name = j["name"].get<std::string>();
+  if (j.contains("conv_gflops")) m.conv_gflops = three_rates(j["conv_gflops"], path);
+  m.gemm_gflops = positive(j, "gemm_gflops", m.gemm_gflops, path);
+  m.stream_gbps = positive(j, "stream_gbps", m.stream_gbps, path);
+  m.p2p_latency_s = positive(j, "p2p_latency_s", m.p2p_latency_s, path);
+  m.p2p_gbps = positive(j, "p2p_gbps", m.p2p_gbps, path);
+  m.allreduce_latency_s = positive(j, "allreduce_latency_s", m.allreduce_latency_s, path);
+  m.allreduce_gbps = positive(j, "allreduce_gbps", m.allreduce_gbps, path);
+  m.threads_per_rank = int(positive(j, "threads_per_rank", m.threads_per_rank, path));
+  m.cores_per_node = int(positive(j, "cores_per_node", cores_on_this_node(), path));
+  if (j.contains("conv"))
+    for (const auto& c : j["conv"]) {
+      H3D_USAGE_CHECK(c.is_object() && c.contains("cin") && c.contains("cout") && c.contains("k") &&
+                          c.contains("stride") && c.contains("gflops"),
+                      "--machine " << path << ": each 'conv' entry needs cin, cout, k, stride and gflops");
+      m.conv.push_back({ConvClass{c["cin"].get<int64_t>(), c["cout"].get<int64_t>(), c["k"].get<int>(),
+                                  c["stride"].get<int>()},
+                        three_rates(c["gflops"], path)});
+    }
+  return m;
+}
+
+void Machine::save(const std::string& path) const {
+  nlohmann::json j = {{"name", name},
+                      {"threads_per_rank", threads_per_rank},
+                      {"cores_per_node", cores_per_node > 0 ? cores_per_node : cores_on_this_node()},
+                      {"conv_gflops", conv_gflops},
+                      {"gemm_gflops", gemm_gflops},
+                      {"stream_gbps", stream_gbps},
+                      {"p2p_latency_s", p2p_latency_s},
+                      {"p2p_gbps", p2p_gbps},
+                      {"allreduce_latency_s", allreduce_latency_s},
+                      {"allreduce_gbps", allreduce_gbps}};
+  j["conv"] = nlohmann::json::array();
+  for (const auto& c : conv)
+    j["conv"].push_back(
+        {{"cin", c.cls.cin}, {"cout", c.cls.cout}, {"k", c.cls.k}, {"stride", c.cls.stride}, {"gflops", c.gflops}});
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp);
+    H3D_USAGE_CHECK(f.good(), "--calibrate: cannot write '" << tmp << "'");
+    f << j.dump(2) << "\n";
+    H3D_USAGE_CHECK(f.good(), "--calibrate: writing '" << tmp << "' failed");
+  }
+  H3D_USAGE_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "--calibrate: cannot rename to '" << path << "'");
+}
+
+std::string StepTime::limit() const {
+  if (halo >= compute && halo >= allreduce) return "halo";
+  if (allreduce >= compute) return "allreduce";
+  return "compute";
+}
+
+StepTime predict_step(const RankReplay& r, const Machine& m, int ranks, int ranks_per_node) {
+  StepTime t;
+  for (const auto& [cls, flops] : r.work.conv_flops) {
+    const auto rate = m.rates(cls);
+    for (size_t p = 0; p < 3; ++p) t.compute += flops[p] / (rate[p] * 1e9);
+  }
+  t.compute += r.work.gemm_flops / (m.gemm_gflops * 1e9) + r.work.stream_bytes / (m.stream_gbps * 1e9);
+  const int cores = m.cores_per_node > 0 ? m.cores_per_node : cores_on_this_node();
+  t.compute *= std::max(1.0, double(ranks_per_node * m.threads_per_rank) / double(cores));
+  t.halo = double(r.halo_messages) * m.p2p_latency_s + double(r.halo_bytes) / (m.p2p_gbps * 1e9);
+  if (ranks > 1) {
+    const double p = ranks;
+    t.allreduce = 2 * (p - 1) / p * double(r.gradient_bytes) / (m.allreduce_gbps * 1e9) +
+                  2 * (p - 1) * m.allreduce_latency_s;
+  }
+  return t;
+}
+
+StepTime predict_step(const std::vector<RankReplay>& ranks, const Machine& m, int world, int ranks_per_node) {
+  StepTime worst;
+  for (const RankReplay& r : ranks) {
+    const StepTime t = predict_step(r, m, world, ranks_per_node);
+    if (t.total() > worst.total()) worst = t;
+  }
+  return worst;
+}
+
+namespace {
+
+// Median seconds of `reps` calls after one warm-up.
+template <typename F>
+double median_seconds(F&& f, int reps = 3) {
+  f();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    const double t0 = Profiler::now();
+    f();
+    t.push_back(Profiler::now() - t0);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace
+
+Machine calibrate(const MemoryRequest& r) {
+  MemoryRequest one = r;
+  one.spatial = {1, 1, 1};
+  one.ranks = 1;
+  one.batch_size = 1;
+  const RankReplay replay = replay_rank(one, 0);
+  std::unique_ptr<Backend> be = make_backend(r.backend);
+  Machine m;
+  m.threads_per_rank = omp_get_max_threads();
+  m.name = "calibrated by hybrid3d plan --calibrate (" + std::to_string(m.threads_per_rank) + " threads per rank)";
+  std::vector<double> all[3];
+  for (const auto& [cls, flops_unused] : replay.work.conv_flops) {
+    (void)flops_unused;
+    // A cube whose passes take about 0.1 GFLOP each: long enough to time.
+    const double per_output = 2.0 * double(cls.cin * cls.cout) * double(cls.k * cls.k * cls.k);
+    const int64_t e = std::clamp<int64_t>(int64_t(std::cbrt(1e8 / per_output)), 4, 48);
+    ConvDesc d;
+    d.cin = cls.cin;
+    d.cout = cls.cout;
+    d.k = {cls.k, cls.k, cls.k};
+    d.stride = {cls.stride, cls.stride, cls.stride};
+    d.out = {e, e, e};
+    for (int a = 0; a < 3; ++a) d.in[size_t(a)] = (e - 1) * cls.stride + cls.k;
+    d.bias = true;
+    Tensor x({d.n, d.cin, d.in[0], d.in[1], d.in[2]}, 0.5f), y({d.n, d.cout, e, e, e}, 0.5f);
+    Tensor w({d.cout, d.cin, int64_t(cls.k), int64_t(cls.k), int64_t(cls.k)}, 0.01f), b({d.cout}, 0.0f);
+    Tensor dw(w.shape()), db(b.shape());
+    const double flops = per_output * double(e * e * e);
+    Machine::ConvRate rate{cls, {}};
+    rate.gflops[0] = flops / median_seconds([&] { be->conv3d_forward(d, x.data(), w.data(), b.data(), y.data()); }) / 1e9;
+    rate.gflops[1] = flops / median_seconds([&] { be->conv3d_backward_data(d, y.data(), w.data(), x.data()); }) / 1e9;
+    rate.gflops[2] =
+        flops / median_seconds([&] { be->conv3d_backward_weights(d, x.data(), y.data(), dw.data(), db.data()); }) / 1e9;
+    for (size_t p = 0; p < 3; ++p) all[p].push_back(rate.gflops[p]);
+    m.conv.push_back(rate);
+  }
+  for (size_t p = 0; p < 3; ++p)
+    if (!all[p].empty()) {
+      std::sort(all[p].begin(), all[p].end());
+      m.conv_gflops[p] = all[p][all[p].size() / 2];
+    }
+  // The dense head's GEMM and the memory-bound ops.
+  const int64_t g = 512, n = int64_t(16) << 20;
+  Tensor a({g, g}, 0.5f), bm({g, g}, 0.5f), c({g, g}, 0.0f), s({n}, 1.0f), t({n}, 1.0f);
+  m.gemm_gflops = 2.0 * double(g * g * g) /
+                  median_seconds([&] { be->gemm(false, false, g, g, g, 1.0f, a.data(), g, bm.data(), g, 0.0f, c.data(), g); }) /
+                  1e9;
+  m.stream_gbps = 12.0 * double(n) / median_seconds([&] { be->axpy(n, 1.0f, s.data(), t.data()); }) / 1e9;
+  return m;
+}
+
+}  // namespace h3d

@@ -1,0 +1,34 @@
+#include "hybrid3d/train/plan_command.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "hybrid3d/core/error.hpp"
+#include "hybrid3d/train/memory_check.hpp"
+
+namespace h3d {
+
+void run_plan(const Comm& world, const PlanOptions& o) {
+  H3D_USAGE_CHECK(o.ranks >= 0 && o.ranks_per_node >= 0, "--ranks and --ranks-per-node must be positive");
+  const int ranks = o.ranks > 0 ? o.ranks : world.size();
+  const PlanRequest r = plan_request(o.job, ranks, o.ranks_per_node > 0 ? std::min(o.ranks_per_node, ranks) : ranks);
+  if (world.rank() != 0) return;
+  if (!o.calibrate.empty()) {
+    const Machine m = calibrate(r.base);
+    m.save(o.calibrate);
+    std::printf("wrote %s: %zu convolution classes of %s; default GFLOP/s forward %.1f, backward data %.1f, "
+                "backward weights %.1f; GEMM %.1f GFLOP/s; stream %.1f GB/s\n",
+                o.calibrate.c_str(), m.conv.size(), o.job.model.model.c_str(), m.conv_gflops[0], m.conv_gflops[1],
+                m.conv_gflops[2], m.gemm_gflops, m.stream_gbps);
+    return;
+  }
+  std::vector<std::string> refused;
+  const std::vector<LayoutPlan> plans = plan_layouts(r, &refused);
+  H3D_USAGE_CHECK(!plans.empty(), "no layout of " << r.base.ranks << " ranks can split " << o.job.model.model
+                                                  << (refused.empty() ? "" : ": " + refused.front()));
+  const std::string text = o.json ? plan_json(plans) + "\n" : plan_table(r, plans, refused);
+  std::fputs(text.c_str(), stdout);
+  std::fflush(stdout);
+}
+
+}  // namespace h3d
