@@ -39,6 +39,12 @@ struct StepWork {
   // Bytes read and written by the memory-bound ops (pointwise, pooling,
   // batch norm, box copies, the optimizer update).
   double stream_bytes = 0;
+  // Pooling's bytes apart (its backward scatters: far from streaming).
+  double pool_bytes[2] = {0, 0};  // forward, backward
+  // The largest whole convolution of each class and the largest pooling
+  // (what --calibrate times).
+  std::map<ConvClass, ConvDesc> largest;
+  PoolDesc largest_pool;
 };
 
 class DryBackend : public Backend {
@@ -59,17 +65,21 @@ class DryBackend : public Backend {
   }
   void conv3d_backward_data(const ConvDesc& d, const float*, const float*, float*) override {
     charge(d, ConvPass::kBackwardData);
+    remember(d);
     count(d, ConvPass::kBackwardData, d.out[0] * d.out[1] * d.out[2]);
   }
   void conv3d_backward_weights(const ConvDesc& d, const float*, const float*, float*, float*) override {
     charge(d, ConvPass::kBackwardWeights);
+    remember(d);
     count(d, ConvPass::kBackwardWeights, d.out[0] * d.out[1] * d.out[2]);
   }
   void pool3d_forward(const PoolDesc& d, const float*, float*) override {
-    stream(d.n * d.c * (vol(d.in) + vol(d.out)));
+    work_.pool_bytes[0] += 4.0 * double(d.n * d.c * (vol(d.in) + vol(d.out)));
+    if (d.n * d.c * vol(d.in) > work_.largest_pool.n * work_.largest_pool.c * vol(work_.largest_pool.in))
+      work_.largest_pool = d;
   }
   void pool3d_backward(const PoolDesc& d, const float*, const float*, float*) override {
-    stream(d.n * d.c * (2 * vol(d.in) + vol(d.out)));
+    work_.pool_bytes[1] += 4.0 * double(d.n * d.c * (2 * vol(d.in) + vol(d.out)));
   }
   void gemm(bool, bool, int64_t m, int64_t n, int64_t k, float, const float*, int64_t, const float*, int64_t, float,
             float*, int64_t) override {
@@ -137,6 +147,10 @@ class DryBackend : public Backend {
     const ConvClass c{d.cin, d.cout, d.k[0], d.stride[0]};
     work_.conv_flops[c][size_t(pass)] +=
         2.0 * double(d.n) * double(outputs) * double(d.cin) * double(d.cout) * double(d.k[0] * d.k[1] * d.k[2]);
+  }
+  void remember(const ConvDesc& d) {
+    ConvDesc& kept = work_.largest[ConvClass{d.cin, d.cout, d.k[0], d.stride[0]}];
+    if (vol(d.out) * d.n > vol(kept.out) * kept.n) kept = d;
   }
   // Takes the real kernel's staging buffers together and gives them back.
   void charge(const ConvDesc& d, ConvPass pass) {

@@ -57,6 +57,13 @@ Machine Machine::load(const std::string& path) {
   Machine m;
   if (j.contains("name")) m.name = j["name"].get<std::string>();
   if (j.contains("conv_gflops")) m.conv_gflops = three_rates(j["conv_gflops"], path);
+  if (j.contains("pool_gbps")) {
+    H3D_USAGE_CHECK(j["pool_gbps"].is_array() && j["pool_gbps"].size() == 2 && j["pool_gbps"][0].is_number() &&
+                        j["pool_gbps"][1].is_number() && j["pool_gbps"][0].get<double>() > 0 &&
+                        j["pool_gbps"][1].get<double>() > 0,
+                    "--machine " << path << ": 'pool_gbps' is [forward, backward] in GB/s, both positive");
+    m.pool_gbps = {j["pool_gbps"][0].get<double>(), j["pool_gbps"][1].get<double>()};
+  }
   m.gemm_gflops = positive(j, "gemm_gflops", m.gemm_gflops, path);
   m.stream_gbps = positive(j, "stream_gbps", m.stream_gbps, path);
   m.p2p_latency_s = positive(j, "p2p_latency_s", m.p2p_latency_s, path);
@@ -84,6 +91,7 @@ void Machine::save(const std::string& path) const {
                       {"conv_gflops", conv_gflops},
                       {"gemm_gflops", gemm_gflops},
                       {"stream_gbps", stream_gbps},
+                      {"pool_gbps", pool_gbps},
                       {"p2p_latency_s", p2p_latency_s},
                       {"p2p_gbps", p2p_gbps},
                       {"allreduce_latency_s", allreduce_latency_s},
@@ -114,7 +122,8 @@ StepTime predict_step(const RankReplay& r, const Machine& m, int ranks, int rank
     const auto rate = m.rates(cls);
     for (size_t p = 0; p < 3; ++p) t.compute += flops[p] / (rate[p] * 1e9);
   }
-  t.compute += r.work.gemm_flops / (m.gemm_gflops * 1e9) + r.work.stream_bytes / (m.stream_gbps * 1e9);
+  t.compute += r.work.gemm_flops / (m.gemm_gflops * 1e9) + r.work.stream_bytes / (m.stream_gbps * 1e9) +
+               r.work.pool_bytes[0] / (m.pool_gbps[0] * 1e9) + r.work.pool_bytes[1] / (m.pool_gbps[1] * 1e9);
   const int cores = m.cores_per_node > 0 ? m.cores_per_node : cores_on_this_node();
   t.compute *= std::max(1.0, double(ranks_per_node * m.threads_per_rank) / double(cores));
   t.halo = double(r.halo_messages) * m.p2p_latency_s + double(r.halo_bytes) / (m.p2p_gbps * 1e9);
@@ -164,28 +173,30 @@ Machine calibrate(const MemoryRequest& r) {
   m.threads_per_rank = omp_get_max_threads();
   m.name = "calibrated by hybrid3d plan --calibrate (" + std::to_string(m.threads_per_rank) + " threads per rank)";
   std::vector<double> all[3];
-  for (const auto& [cls, flops_unused] : replay.work.conv_flops) {
-    (void)flops_unused;
-    // A cube whose passes take about 0.1 GFLOP each: long enough to time.
-    const double per_output = 2.0 * double(cls.cin * cls.cout) * double(cls.k * cls.k * cls.k);
-    const int64_t e = std::clamp<int64_t>(int64_t(std::cbrt(1e8 / per_output)), 4, 48);
-    ConvDesc d;
-    d.cin = cls.cin;
-    d.cout = cls.cout;
-    d.k = {cls.k, cls.k, cls.k};
-    d.stride = {cls.stride, cls.stride, cls.stride};
-    d.out = {e, e, e};
-    for (int a = 0; a < 3; ++a) d.in[size_t(a)] = (e - 1) * cls.stride + cls.k;
-    d.bias = true;
-    Tensor x({d.n, d.cin, d.in[0], d.in[1], d.in[2]}, 0.5f), y({d.n, d.cout, e, e, e}, 0.5f);
-    Tensor w({d.cout, d.cin, int64_t(cls.k), int64_t(cls.k), int64_t(cls.k)}, 0.01f), b({d.cout}, 0.0f);
+  for (const auto& [cls, largest] : replay.work.largest) {
+    // The network's own largest convolution of the class on one rank (batch
+    // 1): rates depend on whether the data fits the caches, so a small cube
+    // would flatter them. Cut along D to at most 64 Mi floats of data.
+    ConvDesc d = largest;
+    d.n = 1;
+    const int64_t plane = d.cin * d.in[1] * d.in[2] + d.cout * d.out[1] * d.out[2];
+    const int64_t max_out = std::max<int64_t>(1, (int64_t(64) << 20) / std::max<int64_t>(1, plane) / cls.stride);
+    if (d.out[0] > max_out) {  // the input that gives max_out planes with the same padding
+      d.out[0] = max_out;
+      d.in[0] = std::max<int64_t>(1, (max_out - 1) * cls.stride + cls.k - d.pad_lo[0] - d.pad_hi[0]);
+    }
+    Tensor x({d.n, d.cin, d.in[0], d.in[1], d.in[2]}, 0.5f), y({d.n, d.cout, d.out[0], d.out[1], d.out[2]}, 0.5f);
+    Tensor w({d.cout, d.cin, int64_t(cls.k), int64_t(d.k[1]), int64_t(d.k[2])}, 0.01f), b({d.cout}, 0.0f);
     Tensor dw(w.shape()), db(b.shape());
-    const double flops = per_output * double(e * e * e);
+    const double flops = 2.0 * double(d.cin * d.cout) * double(d.k[0] * d.k[1] * d.k[2]) *
+                         double(d.out[0] * d.out[1] * d.out[2]);
     Machine::ConvRate rate{cls, {}};
-    rate.gflops[0] = flops / median_seconds([&] { be->conv3d_forward(d, x.data(), w.data(), b.data(), y.data()); }) / 1e9;
+    const float* bias = d.bias ? b.data() : nullptr;
+    rate.gflops[0] = flops / median_seconds([&] { be->conv3d_forward(d, x.data(), w.data(), bias, y.data()); }) / 1e9;
     rate.gflops[1] = flops / median_seconds([&] { be->conv3d_backward_data(d, y.data(), w.data(), x.data()); }) / 1e9;
-    rate.gflops[2] =
-        flops / median_seconds([&] { be->conv3d_backward_weights(d, x.data(), y.data(), dw.data(), db.data()); }) / 1e9;
+    rate.gflops[2] = flops /
+                     median_seconds([&] { be->conv3d_backward_weights(d, x.data(), y.data(), dw.data(), db.data()); }) /
+                     1e9;
     for (size_t p = 0; p < 3; ++p) all[p].push_back(rate.gflops[p]);
     m.conv.push_back(rate);
   }
@@ -194,6 +205,18 @@ Machine calibrate(const MemoryRequest& r) {
       std::sort(all[p].begin(), all[p].end());
       m.conv_gflops[p] = all[p][all[p].size() / 2];
     }
+  // The largest pooling, forward and backward (bytes as DryBackend counts them).
+  const PoolDesc& pd = replay.work.largest_pool;
+  if (pd.n * pd.c > 0) {
+    PoolDesc q = pd;
+    q.n = 1;
+    const int64_t vin = q.in[0] * q.in[1] * q.in[2], vout = q.out[0] * q.out[1] * q.out[2];
+    Tensor px({q.c * vin}, 0.5f), py({q.c * vout}, 0.5f), pdx({q.c * vin}, 0.0f);
+    m.pool_gbps[0] = 4.0 * double(q.c * (vin + vout)) /
+                     median_seconds([&] { be->pool3d_forward(q, px.data(), py.data()); }) / 1e9;
+    m.pool_gbps[1] = 4.0 * double(q.c * (2 * vin + vout)) /
+                     median_seconds([&] { be->pool3d_backward(q, px.data(), py.data(), pdx.data()); }) / 1e9;
+  }
   // The dense head's GEMM and the memory-bound ops.
   const int64_t g = 512, n = int64_t(16) << 20;
   Tensor a({g, g}, 0.5f), bm({g, g}, 0.5f), c({g, g}, 0.0f), s({n}, 1.0f), t({n}, 1.0f);

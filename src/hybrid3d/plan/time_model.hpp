@@ -31,6 +31,7 @@ struct Machine {
   std::vector<ConvRate> conv;                  // measured classes
   std::array<double, 3> conv_gflops{25, 25, 20};  // any other class
   double gemm_gflops = 25, stream_gbps = 6;
+  std::array<double, 2> pool_gbps{6, 3};  // pooling forward, backward (bytes of pool3d_*)
   double p2p_latency_s = 3e-6, p2p_gbps = 4;
   double allreduce_latency_s = 5e-6, allreduce_gbps = 3;
   int threads_per_rank = 1;
