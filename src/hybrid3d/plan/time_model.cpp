@@ -11,8 +11,11 @@
 #include "hybrid3d/backend/registry.hpp"
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/core/profiler.hpp"
+#include "hybrid3d/core/bytes.hpp"
 #include "hybrid3d/core/tensor.hpp"
+#include "hybrid3d/models/registry.hpp"
 #include "hybrid3d/parallel/comm.hpp"
+#include "hybrid3d/parallel/process_grid.hpp"
 
 namespace h3d {
 
@@ -71,6 +74,7 @@ Machine Machine::load(const std::string& path) {
   m.allreduce_latency_s = positive(j, "allreduce_latency_s", m.allreduce_latency_s, path);
   m.allreduce_gbps = positive(j, "allreduce_gbps", m.allreduce_gbps, path);
   m.threads_per_rank = int(positive(j, "threads_per_rank", m.threads_per_rank, path));
+  m.step_factor = positive(j, "step_factor", m.step_factor, path);
   m.cores_per_node = int(positive(j, "cores_per_node", cores_on_this_node(), path));
   if (j.contains("conv"))
     for (const auto& c : j["conv"]) {
@@ -92,6 +96,7 @@ void Machine::save(const std::string& path) const {
                       {"gemm_gflops", gemm_gflops},
                       {"stream_gbps", stream_gbps},
                       {"pool_gbps", pool_gbps},
+                      {"step_factor", step_factor},
                       {"p2p_latency_s", p2p_latency_s},
                       {"p2p_gbps", p2p_gbps},
                       {"allreduce_latency_s", allreduce_latency_s},
@@ -124,6 +129,7 @@ StepTime predict_step(const RankReplay& r, const Machine& m, int ranks, int rank
   }
   t.compute += r.work.gemm_flops / (m.gemm_gflops * 1e9) + r.work.stream_bytes / (m.stream_gbps * 1e9) +
                r.work.pool_bytes[0] / (m.pool_gbps[0] * 1e9) + r.work.pool_bytes[1] / (m.pool_gbps[1] * 1e9);
+  t.compute *= m.step_factor;
   const int cores = m.cores_per_node > 0 ? m.cores_per_node : cores_on_this_node();
   t.compute *= std::max(1.0, double(ranks_per_node * m.threads_per_rank) / double(cores));
   t.halo = double(r.halo_messages) * m.p2p_latency_s + double(r.halo_bytes) / (m.p2p_gbps * 1e9);
@@ -158,6 +164,53 @@ double median_seconds(F&& f, int reps = 3) {
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
+}
+
+}  // namespace
+
+namespace {
+
+// Real training steps (forward and backward, batch 1, one rank) of the
+// network against what the rates predict for them. The side is the
+// request's, halved while the step would take more than a quarter of the
+// memory this node has.
+double measured_step_factor(const MemoryRequest& r, const Machine& m, Backend& be) {
+  MemoryRequest one = r;
+  one.spatial = {1, 1, 1};
+  one.ranks = one.ranks_per_node = 1;
+  one.batch_size = 1;
+  one.prefetch = false;
+  one.data_store_bytes = 0;
+  RankReplay replay = replay_rank(one, 0);
+  while (replay.memory.tensors() > available_memory_bytes() / 4 && one.extent[0] > 32) {
+    for (auto& e : one.extent) e /= 2;
+    one.model.input_size = one.extent[0];
+    replay = replay_rank(one, 0);
+  }
+  const Comm self = Comm::self();
+  const ProcessGrid grid(self, {1, 1, 1});
+  Network net = build_model_for(one.model, one.extent, grid);
+  const ActShape& in = net.input_shape();
+  std::vector<double> seconds;
+  for (int64_t step = 0; step < 4; ++step) {
+    Tensor x(be.allocator());
+    x.reserve(std::max(net.input_capacity_wish(1), in.channels * one.extent[0] * one.extent[1] * one.extent[2]));
+    x.reshape_uninit({1, in.channels, one.extent[0], one.extent[1], one.extent[2]});
+    be.fill(x.data(), x.numel(), 0.5f);
+    StepContext ctx = make_step_context(&be, &grid, one.model.seed, true, true, step, 0, 1);
+    const double t0 = Profiler::now();
+    const Tensor& y = net.forward(ctx, std::move(x));
+    Tensor dy(be.allocator());
+    dy.reshape_uninit(y.shape());
+    be.fill(dy.data(), dy.numel(), 1e-3f);
+    net.backward(ctx, std::move(dy));
+    seconds.push_back(Profiler::now() - t0);
+  }
+  std::sort(seconds.begin() + 1, seconds.end());  // the first step builds the kernels
+  Machine kernels = m;
+  kernels.step_factor = 1.0;
+  const double predicted = predict_step(replay, kernels, 1, 1).compute;
+  return predicted > 0 ? std::max(1.0, seconds[1 + (seconds.size() - 1) / 2] / predicted) : 1.0;
 }
 
 }  // namespace
@@ -224,6 +277,7 @@ Machine calibrate(const MemoryRequest& r) {
                   median_seconds([&] { be->gemm(false, false, g, g, g, 1.0f, a.data(), g, bm.data(), g, 0.0f, c.data(), g); }) /
                   1e9;
   m.stream_gbps = 12.0 * double(n) / median_seconds([&] { be->axpy(n, 1.0f, s.data(), t.data()); }) / 1e9;
+  m.step_factor = measured_step_factor(r, m, *be);
   return m;
 }
 

@@ -32,6 +32,11 @@ struct Machine {
   std::array<double, 3> conv_gflops{25, 25, 20};  // any other class
   double gemm_gflops = 25, stream_gbps = 6;
   std::array<double, 2> pool_gbps{6, 3};  // pooling forward, backward (bytes of pool3d_*)
+  // Measured step over the kernels' sum: what a real step pays beyond its
+  // kernels timed alone (fresh buffers' page faults, cold caches, the
+  // layers' own loops). --calibrate measures it on the model; compute is
+  // multiplied by it.
+  double step_factor = 1.0;
   double p2p_latency_s = 3e-6, p2p_gbps = 4;
   double allreduce_latency_s = 5e-6, allreduce_gbps = 3;
   int threads_per_rank = 1;
