@@ -4,12 +4,13 @@
 // reaches in two real training steps through the Trainer. The model is
 // only as good as this agreement: everything else it adds (the process,
 // the data store) is a measured constant or a budget.
+#include "hybrid3d/plan/memory_model.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
 
 #include "hybrid3d/models/registry.hpp"
-#include "hybrid3d/plan/memory_model.hpp"
 #include "hybrid3d/train/optimizer.hpp"
 #include "hybrid3d/train/trainer.hpp"
 #include "layouts.hpp"
@@ -81,8 +82,8 @@ void expect_model_matches(const std::string& what, TrainOptions o) {
     if (world.rank() == 0)
       std::printf("[memory model] %-40s real %8.2f MiB  model %8.2f MiB  (%+.2f%%)\n", tag.c_str(),
                   double(real) / (1 << 20), double(e.tensors()) / (1 << 20), 100 * err);
-    EXPECT_TRUE(std::abs(err) < 0.02) << tag << ": real peak " << real << " bytes, model " << e.tensors() << " (" << 100 * err
-                       << "%)";
+    EXPECT_TRUE(std::abs(err) < 0.02) << tag << ": real peak " << real << " bytes, model " << e.tensors() << " ("
+                                      << 100 * err << "%)";
     ++ran;
   }
   ASSERT_GT(ran, 0) << what << ": no layout of " << world.size() << " ranks ran";

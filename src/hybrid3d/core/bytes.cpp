@@ -1,12 +1,13 @@
 #include "hybrid3d/core/bytes.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <unistd.h>
 
 #include "hybrid3d/core/error.hpp"
 

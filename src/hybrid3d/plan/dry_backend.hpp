@@ -13,8 +13,8 @@
 #pragma once
 #include <array>
 #include <map>
-#include <tuple>
 #include <string>
+#include <tuple>
 
 #include "hybrid3d/backend/backend.hpp"
 #include "hybrid3d/core/buffer_pool.hpp"

@@ -1,6 +1,7 @@
 #include "hybrid3d/plan/memory_model.hpp"
 
 #include <algorithm>
+#include <memory>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -42,8 +43,8 @@ int fullest_block(const Distribution& d) {
 
 std::string MemoryEstimate::dominant() const {
   const std::pair<const char*, int64_t> parts[] = {{"activations", activations}, {"input", input},
-                                                   {"parameters", parameters}, {"optimizer state", optimizer},
-                                                   {"data store", data_store}, {"process", process}};
+                                                   {"parameters", parameters},   {"optimizer state", optimizer},
+                                                   {"data store", data_store},   {"process", process}};
   const auto* top = &parts[0];
   for (const auto& p : parts)
     if (p.second > top->second) top = &p;
@@ -66,6 +67,8 @@ RankReplay replay_rank(const MemoryRequest& r, int rank) {
   H3D_USAGE_CHECK(r.batch_size >= grid.data_groups(),
                   "--batch-size " << r.batch_size << " is smaller than the " << grid.data_groups()
                                   << " data-parallel groups of " << grid.describe());
+  // The real backend answers what its kernels would stage. Its own state
+  // (oneDNN's primitives for these shapes) goes with it when the replay ends.
   std::unique_ptr<Backend> real = make_backend(r.backend);
   DryBackend dry(*real);
   Network net = build_model_for(r.model, r.extent, grid);
@@ -130,9 +133,8 @@ RankReplay replay_rank(const MemoryRequest& r, int rank) {
 std::vector<RankReplay> replay_layout(const MemoryRequest& r) {
   H3D_USAGE_CHECK(r.ranks >= 1, "a layout needs at least one rank");
   const int S = r.spatial[0] * r.spatial[1] * r.spatial[2];
-  H3D_USAGE_CHECK(S >= 1 && r.ranks % S == 0, "spatial " << r.spatial[0] << "x" << r.spatial[1] << "x"
-                                                          << r.spatial[2] << " does not divide " << r.ranks
-                                                          << " ranks");
+  H3D_USAGE_CHECK(S >= 1 && r.ranks % S == 0, "spatial " << r.spatial[0] << "x" << r.spatial[1] << "x" << r.spatial[2]
+                                                         << " does not divide " << r.ranks << " ranks");
   // The last data group has the most samples (its share rounds up).
   const int last_group = (r.ranks / S - 1) * S;
   const Network net = build_model(r.model);

@@ -25,10 +25,10 @@ struct MemoryRequest {
   std::array<int64_t, 3> extent{};  // voxels of a sample per axis
   int64_t batch_size = 1;
   std::array<int, 3> spatial{1, 1, 1};
-  int ranks = 1;             // the job's ranks; data groups = ranks / (D*H*W)
-  int ranks_per_node = 1;    // ranks sharing a node (MPI's shared-memory buffers)
-  int optimizer_slots = 1;   // state tensors per parameter (Optimizer::slots)
-  bool prefetch = true;      // the next batch loads while the step runs
+  int ranks = 1;                 // the job's ranks; data groups = ranks / (D*H*W)
+  int ranks_per_node = 1;        // ranks sharing a node (MPI's shared-memory buffers)
+  int optimizer_slots = 1;       // state tensors per parameter (Optimizer::slots)
+  bool prefetch = true;          // the next batch loads while the step runs
   int64_t data_store_bytes = 0;  // what the rank's sample caches may hold
   std::string backend = "cpu";
 };

@@ -10,13 +10,11 @@
 
 namespace h3d {
 
-std::string LayoutPlan::name() const {
+std::string layout_name(const std::array<int, 3>& spatial) {
   return std::to_string(spatial[0]) + "x" + std::to_string(spatial[1]) + "x" + std::to_string(spatial[2]);
 }
 
-int64_t node_memory_per_rank(int ranks_per_node) {
-  return available_memory_bytes() / std::max(1, ranks_per_node);
-}
+int64_t node_memory_per_rank(int ranks_per_node) { return available_memory_bytes() / std::max(1, ranks_per_node); }
 
 LayoutPlan plan_layout(const PlanRequest& r) {
   LayoutPlan p;
@@ -30,24 +28,27 @@ LayoutPlan plan_layout(const PlanRequest& r) {
   return p;
 }
 
-std::vector<LayoutPlan> plan_layouts(const PlanRequest& r, std::vector<std::string>* refused) {
-  const int n = r.base.ranks;
-  std::vector<LayoutPlan> out;
-  for (int s = 1; s <= n; ++s) {
-    if (n % s != 0 || n / s > r.base.batch_size) continue;
+std::vector<std::array<int, 3>> candidate_layouts(int ranks, int64_t batch) {
+  std::vector<std::array<int, 3>> out;
+  for (int s = ranks; s >= 1; --s) {
+    if (ranks % s != 0 || ranks / s > batch) continue;
     for (int d = 1; d <= s; ++d)
-      for (int h = 1; h <= s / d; ++h) {
-        if (s % (d * h) != 0) continue;
-        PlanRequest one = r;
-        one.base.spatial = {d, h, s / (d * h)};
-        try {
-          out.push_back(plan_layout(one));
-        } catch (const UsageError& e) {
-          if (refused)
-            refused->push_back(std::to_string(d) + "x" + std::to_string(h) + "x" + std::to_string(s / (d * h)) +
-                               ": " + e.what());
-        }
-      }
+      for (int h = 1; h <= s / d; ++h)
+        if (s % (d * h) == 0) out.push_back({d, h, s / (d * h)});
+  }
+  return out;
+}
+
+std::vector<LayoutPlan> plan_layouts(const PlanRequest& r, std::vector<std::string>* refused) {
+  std::vector<LayoutPlan> out;
+  for (const auto& spatial : candidate_layouts(r.base.ranks, r.base.batch_size)) {
+    PlanRequest one = r;
+    one.base.spatial = spatial;
+    try {
+      out.push_back(plan_layout(one));
+    } catch (const UsageError& e) {
+      if (refused) refused->push_back(layout_name(spatial) + ": " + e.what());
+    }
   }
   std::stable_sort(out.begin(), out.end(),
                    [](const LayoutPlan& a, const LayoutPlan& b) { return a.time.total() < b.time.total(); });
@@ -64,9 +65,9 @@ std::string plan_table(const PlanRequest& r, const std::vector<LayoutPlan>& plan
                        const std::vector<std::string>& refused) {
   std::ostringstream os;
   const MemoryRequest& b = r.base;
-  os << b.model.model << " " << b.extent[0] << "x" << b.extent[1] << "x" << b.extent[2] << ", batch "
-     << b.batch_size << ", " << b.ranks << " ranks (" << b.ranks_per_node << " per node), "
-     << format_bytes(r.memory_per_rank) << " per rank\n";
+  os << b.model.model << " " << b.extent[0] << "x" << b.extent[1] << "x" << b.extent[2] << ", batch " << b.batch_size
+     << ", " << b.ranks << " ranks (" << b.ranks_per_node << " per node), " << format_bytes(r.memory_per_rank)
+     << " per rank\n";
   os << "machine: " << r.machine.name << "\n\n";
   char line[256];
   std::snprintf(line, sizeof line, "  %-10s %6s %12s %10s %8s %8s %8s  %-5s %s\n", "spatial", "groups", "peak/rank",
@@ -76,8 +77,7 @@ std::string plan_table(const PlanRequest& r, const std::vector<LayoutPlan>& plan
   for (const LayoutPlan& p : plans) {
     std::snprintf(line, sizeof line, "%s %-10s %6d %12s %10.3f %8.3f %8.3f %8.3f  %-5s %s\n", &p == best ? "*" : " ",
                   p.name().c_str(), p.data_groups, format_bytes(p.memory.total()).c_str(), p.time.total(),
-                  p.time.compute, p.time.halo, p.time.allreduce, p.fits ? "yes" : "no",
-                  p.memory.dominant().c_str());
+                  p.time.compute, p.time.halo, p.time.allreduce, p.fits ? "yes" : "no", p.memory.dominant().c_str());
     os << line;
   }
   os << "\n";
@@ -104,8 +104,12 @@ std::string plan_json(const std::vector<LayoutPlan>& plans) {
                  {"fits", p.fits},
                  {"chosen", &p == best},
                  {"memory_bytes",
-                  {{"activations", m.activations}, {"input", m.input}, {"parameters", m.parameters},
-                   {"optimizer", m.optimizer}, {"data_store", m.data_store}, {"process", m.process}}},
+                  {{"activations", m.activations},
+                   {"input", m.input},
+                   {"parameters", m.parameters},
+                   {"optimizer", m.optimizer},
+                   {"data_store", m.data_store},
+                   {"process", m.process}}},
                  {"seconds", {{"compute", p.time.compute}, {"halo", p.time.halo}, {"allreduce", p.time.allreduce}}},
                  {"limited_by", p.time.limit()}});
   }

@@ -14,13 +14,16 @@
 
 namespace h3d {
 
+// "2x1x1".
+std::string layout_name(const std::array<int, 3>& spatial);
+
 struct LayoutPlan {
   std::array<int, 3> spatial{1, 1, 1};
   int data_groups = 1;
   MemoryEstimate memory;
   StepTime time;
   bool fits = false;
-  std::string name() const;  // "2x1x1"
+  std::string name() const { return layout_name(spatial); }
 };
 
 struct PlanRequest {
@@ -34,6 +37,9 @@ int64_t node_memory_per_rank(int ranks_per_node);
 
 // One layout (base.spatial).
 LayoutPlan plan_layout(const PlanRequest& r);
+// The spatial splits of `ranks` that leave no data group without one of
+// `batch` samples, most spatial ranks first.
+std::vector<std::array<int, 3>> candidate_layouts(int ranks, int64_t batch);
 // Every layout of base.ranks that the network accepts and that leaves no
 // data group without a sample, fastest first. `refused` (if given) gets a
 // line for each layout the network cannot take.

@@ -9,9 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "hybrid3d/backend/registry.hpp"
+#include "hybrid3d/core/bytes.hpp"
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/core/profiler.hpp"
-#include "hybrid3d/core/bytes.hpp"
 #include "hybrid3d/core/tensor.hpp"
 #include "hybrid3d/models/registry.hpp"
 #include "hybrid3d/parallel/comm.hpp"
@@ -35,7 +35,8 @@ double positive(const nlohmann::json& j, const char* key, double fallback, const
 }
 
 std::array<double, 3> three_rates(const nlohmann::json& j, const std::string& path) {
-  H3D_USAGE_CHECK(j.is_array() && j.size() == 3, "--machine " << path << ": a convolution rate is [forward, "
+  H3D_USAGE_CHECK(j.is_array() && j.size() == 3, "--machine " << path
+                                                              << ": a convolution rate is [forward, "
                                                                  "backward data, backward weights] in GFLOP/s");
   std::array<double, 3> out{};
   for (size_t i = 0; i < 3; ++i) {
@@ -81,9 +82,9 @@ Machine Machine::load(const std::string& path) {
       H3D_USAGE_CHECK(c.is_object() && c.contains("cin") && c.contains("cout") && c.contains("k") &&
                           c.contains("stride") && c.contains("gflops"),
                       "--machine " << path << ": each 'conv' entry needs cin, cout, k, stride and gflops");
-      m.conv.push_back({ConvClass{c["cin"].get<int64_t>(), c["cout"].get<int64_t>(), c["k"].get<int>(),
-                                  c["stride"].get<int>()},
-                        three_rates(c["gflops"], path)});
+      m.conv.push_back(
+          {ConvClass{c["cin"].get<int64_t>(), c["cout"].get<int64_t>(), c["k"].get<int>(), c["stride"].get<int>()},
+           three_rates(c["gflops"], path)});
     }
   return m;
 }
@@ -135,8 +136,8 @@ StepTime predict_step(const RankReplay& r, const Machine& m, int ranks, int rank
   t.halo = double(r.halo_messages) * m.p2p_latency_s + double(r.halo_bytes) / (m.p2p_gbps * 1e9);
   if (ranks > 1) {
     const double p = ranks;
-    t.allreduce = 2 * (p - 1) / p * double(r.gradient_bytes) / (m.allreduce_gbps * 1e9) +
-                  2 * (p - 1) * m.allreduce_latency_s;
+    t.allreduce =
+        2 * (p - 1) / p * double(r.gradient_bytes) / (m.allreduce_gbps * 1e9) + 2 * (p - 1) * m.allreduce_latency_s;
   }
   return t;
 }
@@ -241,15 +242,14 @@ Machine calibrate(const MemoryRequest& r) {
     Tensor x({d.n, d.cin, d.in[0], d.in[1], d.in[2]}, 0.5f), y({d.n, d.cout, d.out[0], d.out[1], d.out[2]}, 0.5f);
     Tensor w({d.cout, d.cin, int64_t(cls.k), int64_t(d.k[1]), int64_t(d.k[2])}, 0.01f), b({d.cout}, 0.0f);
     Tensor dw(w.shape()), db(b.shape());
-    const double flops = 2.0 * double(d.cin * d.cout) * double(d.k[0] * d.k[1] * d.k[2]) *
-                         double(d.out[0] * d.out[1] * d.out[2]);
+    const double flops =
+        2.0 * double(d.cin * d.cout) * double(d.k[0] * d.k[1] * d.k[2]) * double(d.out[0] * d.out[1] * d.out[2]);
     Machine::ConvRate rate{cls, {}};
     const float* bias = d.bias ? b.data() : nullptr;
     rate.gflops[0] = flops / median_seconds([&] { be->conv3d_forward(d, x.data(), w.data(), bias, y.data()); }) / 1e9;
     rate.gflops[1] = flops / median_seconds([&] { be->conv3d_backward_data(d, y.data(), w.data(), x.data()); }) / 1e9;
-    rate.gflops[2] = flops /
-                     median_seconds([&] { be->conv3d_backward_weights(d, x.data(), y.data(), dw.data(), db.data()); }) /
-                     1e9;
+    rate.gflops[2] =
+        flops / median_seconds([&] { be->conv3d_backward_weights(d, x.data(), y.data(), dw.data(), db.data()); }) / 1e9;
     for (size_t p = 0; p < 3; ++p) all[p].push_back(rate.gflops[p]);
     m.conv.push_back(rate);
   }
@@ -265,17 +265,18 @@ Machine calibrate(const MemoryRequest& r) {
     q.n = 1;
     const int64_t vin = q.in[0] * q.in[1] * q.in[2], vout = q.out[0] * q.out[1] * q.out[2];
     Tensor px({q.c * vin}, 0.5f), py({q.c * vout}, 0.5f), pdx({q.c * vin}, 0.0f);
-    m.pool_gbps[0] = 4.0 * double(q.c * (vin + vout)) /
-                     median_seconds([&] { be->pool3d_forward(q, px.data(), py.data()); }) / 1e9;
+    m.pool_gbps[0] =
+        4.0 * double(q.c * (vin + vout)) / median_seconds([&] { be->pool3d_forward(q, px.data(), py.data()); }) / 1e9;
     m.pool_gbps[1] = 4.0 * double(q.c * (2 * vin + vout)) /
                      median_seconds([&] { be->pool3d_backward(q, px.data(), py.data(), pdx.data()); }) / 1e9;
   }
   // The dense head's GEMM and the memory-bound ops.
   const int64_t g = 512, n = int64_t(16) << 20;
   Tensor a({g, g}, 0.5f), bm({g, g}, 0.5f), c({g, g}, 0.0f), s({n}, 1.0f), t({n}, 1.0f);
-  m.gemm_gflops = 2.0 * double(g * g * g) /
-                  median_seconds([&] { be->gemm(false, false, g, g, g, 1.0f, a.data(), g, bm.data(), g, 0.0f, c.data(), g); }) /
-                  1e9;
+  m.gemm_gflops =
+      2.0 * double(g * g * g) /
+      median_seconds([&] { be->gemm(false, false, g, g, g, 1.0f, a.data(), g, bm.data(), g, 0.0f, c.data(), g); }) /
+      1e9;
   m.stream_gbps = 12.0 * double(n) / median_seconds([&] { be->axpy(n, 1.0f, s.data(), t.data()); }) / 1e9;
   m.step_factor = measured_step_factor(r, m, *be);
   return m;

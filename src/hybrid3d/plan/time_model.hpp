@@ -28,7 +28,7 @@ struct Machine {
     ConvClass cls;
     std::array<double, 3> gflops{};  // forward, backward data, backward weights
   };
-  std::vector<ConvRate> conv;                  // measured classes
+  std::vector<ConvRate> conv;                     // measured classes
   std::array<double, 3> conv_gflops{25, 25, 20};  // any other class
   double gemm_gflops = 25, stream_gbps = 6;
   std::array<double, 2> pool_gbps{6, 3};  // pooling forward, backward (bytes of pool3d_*)

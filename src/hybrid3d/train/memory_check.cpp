@@ -1,5 +1,6 @@
 #include "hybrid3d/train/memory_check.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -27,8 +28,8 @@ PlanRequest plan_request(const TrainOptions& o, int ranks, int ranks_per_node) {
   m.backend = o.backend;
   // The data store may fill its budget (synthetic sets: at most every
   // sample's block, as floats).
-  int64_t store = o.data_store_mib >= 0 ? int64_t(o.data_store_mib * double(1 << 20))
-                                        : default_cache_bytes(m.ranks_per_node);
+  int64_t store =
+      o.data_store_mib >= 0 ? int64_t(o.data_store_mib * double(1 << 20)) : default_cache_bytes(m.ranks_per_node);
   if (o.data == "synthetic") {
     const int64_t blocks = (o.train_samples + o.val_samples) * s * s * s * model_in_channels(o.model) * 4;
     store = std::min(store, blocks / (o.spatial[0] * o.spatial[1] * o.spatial[2]));
@@ -41,30 +42,49 @@ PlanRequest plan_request(const TrainOptions& o, int ranks, int ranks_per_node) {
 
 namespace {
 
-std::string fitting_list(const std::vector<LayoutPlan>& plans) {
+// Up to 3 layouts of the job that fit, looked for from the most spatial
+// ranks down, so that a refusal comes in seconds: a rank's share of the
+// batch's voxels is the same whatever the split, and fewer spatial ranks
+// only save halos, so once a whole level of them has no fit, none below will.
+std::string fitting_list(const PlanRequest& r) {
   std::ostringstream os;
-  int n = 0;
-  for (const LayoutPlan& p : plans)
-    if (p.fits && n++ < 4)
-      os << (n > 1 ? ", " : "") << "--spatial " << p.name() << " (" << format_bytes(p.memory.total()) << ")";
-  return n ? os.str() : "";
+  int n = 0, level = 0, level_valid = 0, level_fits = 0;
+  for (const auto& spatial : candidate_layouts(r.base.ranks, r.base.batch_size)) {
+    const int s = spatial[0] * spatial[1] * spatial[2];
+    if (s != level) {
+      if (level_valid && !level_fits) break;
+      level = s;
+      level_valid = level_fits = 0;
+    }
+    PlanRequest one = r;
+    one.base.spatial = spatial;
+    try {
+      const LayoutPlan p = plan_layout(one);
+      ++level_valid;
+      if (p.fits) {
+        os << (n++ ? ", " : "") << "--spatial " << p.name() << " (" << format_bytes(p.memory.total()) << ")";
+        ++level_fits;
+      }
+    } catch (const UsageError&) {  // the network cannot take it
+    }
+    if (n == 3) break;
+  }
+  return os.str();
 }
 
 }  // namespace
 
 std::array<int, 3> choose_layout(const PlanRequest& r) {
   const std::vector<LayoutPlan> plans = plan_layouts(r);
-  const LayoutPlan* best = fastest_fitting(plans);
   H3D_USAGE_CHECK(!plans.empty(), "--spatial auto: the network accepts no layout of " << r.base.ranks << " ranks");
-  H3D_USAGE_CHECK(best, "--spatial auto: no layout of " << r.base.ranks << " ranks fits "
-                                                        << format_bytes(r.memory_per_rank) << " per rank (the "
-                                                        << "smallest needs " << [&] {
-                                                             int64_t least = plans[0].memory.total();
-                                                             for (const auto& p : plans)
-                                                               least = std::min(least, p.memory.total());
-                                                             return format_bytes(least);
-                                                           }() << "); use more ranks or a smaller batch");
-  return best->spatial;
+  const LayoutPlan* best = fastest_fitting(plans);
+  if (best) return best->spatial;
+  int64_t least = plans[0].memory.total();
+  for (const LayoutPlan& p : plans) least = std::min(least, p.memory.total());
+  H3D_THROW(UsageError, "--spatial auto: no layout of " << r.base.ranks << " ranks fits "
+                                                        << format_bytes(r.memory_per_rank) << " per rank (the smallest "
+                                                        << "needs " << format_bytes(least)
+                                                        << "); use more ranks or a smaller batch");
 }
 
 void check_memory(const PlanRequest& r, const TrainOptions& o, bool say) {
@@ -79,10 +99,11 @@ void check_memory(const PlanRequest& r, const TrainOptions& o, bool say) {
     if (say) std::fprintf(stderr, "hybrid3d: warning: %s; running anyway (--force)\n", why.str().c_str());
     return;
   }
-  const std::string fit = fitting_list(plan_layouts(r));
-  H3D_THROW(UsageError, why.str() << "; " << (fit.empty() ? "no layout of " + std::to_string(r.base.ranks) +
-                                                                   " ranks fits: use more ranks or a smaller batch"
-                                                             : "layouts that fit: " + fit)
+  const std::string fit = fitting_list(r);
+  H3D_THROW(UsageError, why.str() << "; "
+                                  << (fit.empty() ? "no layout of " + std::to_string(r.base.ranks) +
+                                                        " ranks fits: use more ranks or a smaller batch"
+                                                  : "layouts that fit: " + fit)
                                   << " (hybrid3d plan lists them all; --force runs anyway)");
 }
 

@@ -19,7 +19,7 @@ PlanRequest plan_request(const TrainOptions& o, int ranks, int ranks_per_node);
 // --spatial auto: the fastest layout that fits; UsageError if none does.
 std::array<int, 3> choose_layout(const PlanRequest& r);
 // UsageError unless o.spatial's predicted peak fits (or --force, which
-// only warns). Every rank computes the same answer.
+// only warns, when `say`). One rank computes it (the Trainer: rank 0).
 void check_memory(const PlanRequest& r, const TrainOptions& o, bool say);
 
 }  // namespace h3d

@@ -16,10 +16,11 @@ void run_plan(const Comm& world, const PlanOptions& o) {
   if (!o.calibrate.empty()) {
     const Machine m = calibrate(r.base);
     m.save(o.calibrate);
-    std::printf("wrote %s: %zu convolution classes of %s; default GFLOP/s forward %.1f, backward data %.1f, "
-                "backward weights %.1f; GEMM %.1f GFLOP/s; stream %.1f GB/s; a real step %.2fx its kernels\n",
-                o.calibrate.c_str(), m.conv.size(), o.job.model.model.c_str(), m.conv_gflops[0], m.conv_gflops[1],
-                m.conv_gflops[2], m.gemm_gflops, m.stream_gbps, m.step_factor);
+    std::printf(
+        "wrote %s: %zu convolution classes of %s; default GFLOP/s forward %.1f, backward data %.1f, "
+        "backward weights %.1f; GEMM %.1f GFLOP/s; stream %.1f GB/s; a real step %.2fx its kernels\n",
+        o.calibrate.c_str(), m.conv.size(), o.job.model.model.c_str(), m.conv_gflops[0], m.conv_gflops[1],
+        m.conv_gflops[2], m.gemm_gflops, m.stream_gbps, m.step_factor);
     return;
   }
   std::vector<std::string> refused;

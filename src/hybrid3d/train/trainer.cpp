@@ -33,11 +33,13 @@ std::string hms(double s) {
 
 Trainer::Trainer(const Comm& world, TrainOptions o) : o_(std::move(o)) {
   // The layout (--spatial auto), and below, once everything else is known
-  // to be valid, whether it fits (train/memory_check.hpp). Every rank
-  // computes the same.
+  // to be valid, whether it fits (train/memory_check.hpp).
+  // Rank 0 plans; the others learn its answer (or its refusal).
   PlanRequest plan = plan_request(o_, world.size(), ranks_on_this_node(world));
   if (o_.spatial_auto) {
-    o_.spatial = choose_layout(plan);
+    const std::string failure = run_on_root(world, [&] { o_.spatial = choose_layout(plan); });
+    if (!failure.empty()) throw UsageError(failure);
+    world.bcast(o_.spatial.data(), int64_t(sizeof(int) * 3), 0);
     if (world.rank() == 0 && !o_.quiet)
       std::printf("--spatial auto: %dx%dx%d, the fastest layout predicted to fit (hybrid3d plan lists them)\n",
                   o_.spatial[0], o_.spatial[1], o_.spatial[2]);
@@ -78,7 +80,8 @@ Trainer::Trainer(const Comm& world, TrainOptions o) : o_(std::move(o)) {
   // Every flag, the data and the layout are valid: does it fit? (Nothing
   // large is allocated yet: weights only.)
   plan.base.extent = train.extent();
-  check_memory(plan, o_, world.rank() == 0);
+  const std::string too_big = run_on_root(world, [&] { check_memory(plan, o_, true); });
+  if (!too_big.empty()) throw UsageError(too_big);
   BufferPool::instance().trim();  // the check's copy of the weights goes back to the OS
   H3D_USAGE_CHECK(o_.bucket_mib > 0, "--allreduce-bucket-mib must be positive (for example 8)");
   reducer_.plan(*grid_, net_.params_by_layer(), int64_t(o_.bucket_mib * (1 << 20)), o_.allreduce_overlap,

@@ -279,31 +279,47 @@ void CpuBackend::conv3d_backward_weights(const ConvDesc& d, const float* x, cons
 // What the calls above take from the pool while they run: the staged
 // arguments of one primitive call (of the first D slab where the call goes
 // in slabs) and, for backward weights in slabs, the partial weights.
-std::vector<int64_t> CpuBackend::conv3d_staging(const ConvDesc& d, ConvPass pass) {
+//
+// The layouts come from a proxy of the same channels and window on at most
+// kProxy outputs per axis and one sample: the layout oneDNN picks follows
+// the channels and the window, and making primitives for the full extents
+// would cost the planner seconds and gigabytes. A staged activation's size
+// then scales with its voxels (blocked layouts pad channels, not extents).
+std::vector<int64_t> CpuBackend::conv3d_staging(const ConvDesc& whole, ConvPass pass) {
+  constexpr int64_t kProxy = 32;
+  ConvDesc d = whole;
+  if (pass == ConvPass::kForward) {  // the first slab, as conv3d_forward goes
+    const int64_t plane_bytes = d.n * d.cout * d.out[1] * d.out[2] * int64_t(sizeof(float));
+    if (plane_bytes * d.out[0] > kMaxStagingBytes) {
+      const int64_t planes = std::max<int64_t>(1, kMaxStagingBytes / plane_bytes);
+      std::array<int64_t, 3> o{};
+      d = sub_convolution(d, Box{{Range{0, std::min(planes, d.out[0])}, Range{0, d.out[1]}, Range{0, d.out[2]}}}, o);
+    }
+  }
+  const std::vector<DSlab> slabs = pass == ConvPass::kBackwardWeights ? d_slabs(d) : std::vector<DSlab>{};
+  if (slabs.size() > 1) d = slabs[0].desc;
+  ConvDesc p = d;
+  p.n = 1;
+  for (size_t a = 0; a < 3; ++a)
+    if (p.out[a] > kProxy) {
+      p.out[a] = kProxy;
+      p.in[a] = std::max<int64_t>(1, (kProxy - 1) * p.stride[a] + p.k[a] - p.pad_lo[a] - p.pad_hi[a]);
+    }
+  auto voxels = [](int64_t n, const std::array<int64_t, 3>& e) { return double(n) * double(e[0] * e[1] * e[2]); };
+  const double in_scale = voxels(d.n, d.in) / voxels(p.n, p.in), out_scale = voxels(d.n, d.out) / voxels(p.n, p.out);
   std::vector<int64_t> out;
-  auto add = [&out](const StagedArg& a) {
-    if (a.staged()) out.push_back(a.staged_floats());
+  if (slabs.size() > 1) out.push_back(d.cout * d.cin * d.k[0] * d.k[1] * d.k[2]);  // the partial weights
+  auto add = [&out](const StagedArg& a, double scale) {
+    if (a.staged()) out.push_back(int64_t(double(a.staged_floats()) * scale));
   };
   dnnl_call("convolution staging", [&] {
+    const Impl::ConvPrims& q = impl_->conv(p);
     if (pass == ConvPass::kForward) {
-      const int64_t plane_bytes = d.n * d.cout * d.out[1] * d.out[2] * int64_t(sizeof(float));
-      const Impl::ConvPrims* p = &impl_->conv(d);
-      if (plane_bytes * d.out[0] > kMaxStagingBytes) {
-        const int64_t planes = std::max<int64_t>(1, kMaxStagingBytes / plane_bytes);
-        std::array<int64_t, 3> o{};
-        const ConvDesc s = sub_convolution(
-            d, Box{{Range{0, std::min(planes, d.out[0])}, Range{0, d.out[1]}, Range{0, d.out[2]}}}, o);
-        p = &impl_->conv(s, d.in, d.out, p);
-      }
-      for (const StagedArg* a : {&p->f_src, &p->f_wei, &p->f_dst}) add(*a);
+      add(q.f_src, in_scale), add(q.f_wei, 1.0), add(q.f_dst, out_scale);
     } else if (pass == ConvPass::kBackwardData) {
-      const Impl::ConvPrims& p = impl_->conv(d);
-      for (const StagedArg* a : {&p.d_ddst, &p.d_wei, &p.d_dsrc}) add(*a);
+      add(q.d_ddst, out_scale), add(q.d_wei, 1.0), add(q.d_dsrc, in_scale);
     } else {
-      const std::vector<DSlab> slabs = d_slabs(d);
-      const Impl::ConvPrims& p = slabs.size() == 1 ? impl_->conv(d) : impl_->conv(slabs[0].desc, d.in, d.out);
-      if (slabs.size() > 1) out.push_back(d.cout * d.cin * d.k[0] * d.k[1] * d.k[2]);
-      for (const StagedArg* a : {&p.w_src, &p.w_ddst, &p.w_dwei}) add(*a);
+      add(q.w_src, in_scale), add(q.w_ddst, out_scale), add(q.w_dwei, 1.0);
     }
   });
   return out;
