@@ -62,6 +62,7 @@ def main():
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--quick", action="store_true", help="leave out the 512^3 case")
     ap.add_argument("--out", default="bench/out/plan_validation")
+    ap.add_argument("--only", default="", help="run only the cases whose 'model size ranks' contains this text")
     a = ap.parse_args()
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     work = tempfile.mkdtemp(prefix="plan_validation_")
@@ -69,6 +70,8 @@ def main():
     rows = []
     for model, size, flags, batch, ranks, spatial in CASES:
         if a.quick and size >= 512:
+            continue
+        if a.only and a.only not in f"{model} {size} {ranks}":
             continue
         threads = max(1, CORES // ranks)
         key = (model, tuple(flags), threads)
