@@ -75,7 +75,6 @@ RankReplay replay_rank(const MemoryRequest& r, int rank) {
 
   RankReplay out_replay;
   MemoryEstimate& e = out_replay.memory;
-  e.replayed_rank = rank;
   for (const Param* p : net.params()) e.parameters += 2 * p->value.numel() * int64_t(sizeof(float));
   e.optimizer = int64_t(r.optimizer_slots) * (e.parameters / 2);
   for (const StateBuffer* b : net.buffers()) e.parameters += b->value.numel() * int64_t(sizeof(float));
@@ -143,13 +142,6 @@ std::vector<RankReplay> replay_layout(const MemoryRequest& r) {
   const int fullest = fullest_block(d);
   if (fullest != 0) out.push_back(replay_rank(r, last_group + fullest));
   return out;
-}
-
-MemoryEstimate estimate_memory(const MemoryRequest& r) {
-  MemoryEstimate worst;
-  for (const RankReplay& rr : replay_layout(r))
-    if (rr.memory.total() > worst.total()) worst = rr.memory;
-  return worst;
 }
 
 }  // namespace h3d

@@ -41,7 +41,6 @@ struct MemoryEstimate {
   int64_t optimizer = 0;    // optimizer state
   int64_t data_store = 0;   // samples kept in memory
   int64_t process = 0;      // the process itself: code, MPI, oneDNN
-  int replayed_rank = 0;    // the world rank whose peak this is
   // What --profile reports as peak tensors (the BufferPool's peak).
   int64_t tensors() const { return activations + input + parameters + optimizer; }
   // The peak resident set.
@@ -71,7 +70,5 @@ inline MemoryEstimate estimate_rank_memory(const MemoryRequest& r, int rank) { r
 // interior block. Throws UsageError if the network cannot take the layout
 // (naming the layer, as train does).
 std::vector<RankReplay> replay_layout(const MemoryRequest& r);
-// The layout's peak: the largest over replay_layout's ranks.
-MemoryEstimate estimate_memory(const MemoryRequest& r);
 
 }  // namespace h3d
