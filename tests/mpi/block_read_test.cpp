@@ -15,23 +15,12 @@
 #include "hybrid3d/data/universe_writer.hpp"
 #include "hybrid3d/parallel/distribution.hpp"
 #include "hybrid3d/parallel/process_grid.hpp"
+#include "job_dir.hpp"
 #include "layouts.hpp"
 
 using namespace h3d;
 
 namespace {
-
-// One directory for the job: rank 0 makes it, everyone uses its name.
-std::string job_dir(const Comm& world) {
-  char dir[256] = {};
-  if (world.rank() == 0) {
-    std::string tmpl = std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/h3d_block_XXXXXX";
-    std::snprintf(dir, sizeof dir, "%s", tmpl.c_str());
-    if (!mkdtemp(dir)) dir[0] = 0;
-  }
-  world.bcast(dir, sizeof dir, 0);
-  return dir;
-}
 
 // Mismatches between `mine` ([C, box] channels first) and the same box of
 // `all` ([C, whole]), where `whole` starts at `origin` in all's coordinates.
@@ -54,7 +43,7 @@ int64_t mismatches(const std::vector<float>& mine, const Box& box, const std::ve
 TEST(BlockRead, EveryLayoutEqualsTheWholeSample) {
   Comm world = Comm::borrow(MPI_COMM_WORLD);
   const int64_t side = 16;
-  const std::string dir = job_dir(world);
+  const std::string dir = test::job_dir(world, "h3d_block");
   ASSERT_FALSE(dir.empty());
   const std::string path = dir + "/" + universe_file_name(7);
   write_universe(world, path, side, 21, 7);

@@ -1,7 +1,8 @@
 // The memory model against the run it models: for every layout of this
 // world size, each rank's replayed peak of tensors (plan/memory_model.hpp:
 // a dry replay on address space) equals the BufferPool peak the same rank
-// reaches in two real training steps through the Trainer. The model is
+// reaches in three real training steps through the Trainer (the third is
+// the first whose next batch is prefetched beside a handed-over one). The model is
 // only as good as this agreement: everything else it adds (the process,
 // the data store) is a measured constant or a budget.
 #include "hybrid3d/plan/memory_model.hpp"
@@ -10,16 +11,18 @@
 
 #include <cstdio>
 
+#include "hybrid3d/data/universe_writer.hpp"
 #include "hybrid3d/models/registry.hpp"
 #include "hybrid3d/train/optimizer.hpp"
 #include "hybrid3d/train/trainer.hpp"
+#include "job_dir.hpp"
 #include "layouts.hpp"
 
 using namespace h3d;
 
 namespace {
 
-// This rank's BufferPool peak over two steps of a Trainer, less what the
+// This rank's BufferPool peak over three steps of a Trainer, less what the
 // pool held before the Trainer was made.
 int64_t real_peak(const Comm& world, const TrainOptions& o) {
   BufferPool& pool = BufferPool::instance();
@@ -32,8 +35,7 @@ int64_t real_peak(const Comm& world, const TrainOptions& o) {
     // weights came and went): measure the steps from here, as a fresh
     // process holding this Trainer would.
     pool.reset_peak();
-    t.train_step(0);
-    t.train_step(1);
+    for (int64_t step = 0; step < 3; ++step) t.train_step(step);
   }
   return pool.stats().peak_bytes - before;
 }
@@ -56,6 +58,7 @@ void expect_model_matches(const std::string& what, TrainOptions o) {
   const Comm world = Comm::borrow(MPI_COMM_WORLD);
   o.quiet = true;
   o.train_samples = 8;
+  o.steps = 8;  // so that the third step prefetches the fourth
   o.val_samples = 0;
   o.data_store_mib = 0;
   int ran = 0;
@@ -98,6 +101,28 @@ TEST(MemoryModel, CosmoflowMatchesTheRealPool) {
   o.batch_size = 2;
   o.optimizer.kind = "adam";
   expect_model_matches("cosmoflow 32^3 adam", o);
+}
+
+// From files the next batch loads while a step runs (synthetic universes
+// load in the step): the input is then held twice, and the replay must hand
+// the prefetched buffer over as the Trainer does.
+TEST(MemoryModel, CosmoflowFromFilesMatchesTheRealPool) {
+  const Comm world = Comm::borrow(MPI_COMM_WORLD);
+  const std::string dir = test::job_dir(world, "h3d_memory");
+  ASSERT_FALSE(dir.empty());
+  GenerateOptions g;
+  g.out = dir;
+  g.count = 8;
+  g.size = 32;
+  g.quiet = true;
+  generate_universes(world, g);
+  TrainOptions o;
+  o.model.model = "cosmoflow";
+  o.model.input_size = 32;
+  o.batch_size = 2;
+  o.optimizer.kind = "adam";
+  o.data = dir;
+  expect_model_matches("cosmoflow 32^3 adam from files", o);
 }
 
 TEST(MemoryModel, CosmoflowBatchnormMatchesTheRealPool) {

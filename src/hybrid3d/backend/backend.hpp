@@ -12,7 +12,6 @@
 #pragma once
 #include <array>
 #include <cstdint>
-
 #include <memory>
 #include <string>
 #include <vector>
@@ -74,12 +73,13 @@ class Backend : public BoxKernels {
   // dx[n, cin, in] = conv^T(dy, w)   (overwrites dx)
   virtual void conv3d_backward_data(const ConvDesc& d, const float* dy, const float* w, float* dx) = 0;
   // dw = sum over n and outputs of dy * x; db = sum of dy (overwrites; db may be null)
-  virtual void conv3d_backward_weights(const ConvDesc& d, const float* x, const float* dy, float* dw,
-                                       float* db) = 0;
+  virtual void conv3d_backward_weights(const ConvDesc& d, const float* x, const float* dy, float* dw, float* db) = 0;
   // The buffers (floats each) one call of `pass` on d takes from allocator()
   // for itself while it runs, all held together and given back when it
-  // returns: copies of its arguments in the layout the kernel wants. The
-  // memory planner charges them (plan/memory_model.hpp). The default: none.
+  // returns: copies of its arguments in the layout the kernel wants and the
+  // kernel's scratchpad. The memory planner charges them
+  // (plan/memory_model.hpp); with OpenMP's current thread count (scratchpads
+  // grow with it). The default: none.
   virtual std::vector<int64_t> conv3d_staging(const ConvDesc& /*d*/, ConvPass /*pass*/) { return {}; }
 
   virtual void pool3d_forward(const PoolDesc& d, const float* x, float* y) = 0;
@@ -106,15 +106,14 @@ class Backend : public BoxKernels {
   // Per-channel sum and sum of squares over [n, c, v] (accumulated, in double).
   virtual void channel_moments(const float* x, int64_t n, int64_t c, int64_t v, double* sum, double* sumsq) = 0;
   // y = x * scale[c] + shift[c]
-  virtual void channel_affine(const float* x, int64_t n, int64_t c, int64_t v, const float* scale,
-                              const float* shift, float* y) = 0;
+  virtual void channel_affine(const float* x, int64_t n, int64_t c, int64_t v, const float* scale, const float* shift,
+                              float* y) = 0;
   // Per-channel sum(dy) and sum(dy * (x - mean)) (accumulated, in double).
-  virtual void channel_grad_moments(const float* x, const float* dy, int64_t n, int64_t c, int64_t v,
-                                    const float* mean, double* sum_dy, double* sum_dy_xc) = 0;
+  virtual void channel_grad_moments(const float* x, const float* dy, int64_t n, int64_t c, int64_t v, const float* mean,
+                                    double* sum_dy, double* sum_dy_xc) = 0;
   // dx = a[c] * dy + b[c] * (x - mean[c]) + e[c]   (batch-norm backward, pre-reduced)
-  virtual void channel_grad_apply(const float* x, const float* dy, int64_t n, int64_t c, int64_t v,
-                                  const float* mean, const float* a, const float* b, const float* e,
-                                  float* dx) = 0;
+  virtual void channel_grad_apply(const float* x, const float* dy, int64_t n, int64_t c, int64_t v, const float* mean,
+                                  const float* a, const float* b, const float* e, float* dx) = 0;
 
   // Per-element ops (elementwise_desc.hpp for the descs).
   virtual void fill(float* x, int64_t n, float v) = 0;
@@ -142,8 +141,7 @@ class Backend : public BoxKernels {
   virtual bool all_finite(const float* x, int64_t n) = 0;
   // Regression: returns sum (y - t)^2 (double, in order), writes
   // dy = 2 (y - t) / denom and *largest = max (y - t)^2.
-  virtual double squared_error(int64_t n, const float* y, const float* t, double denom, float* dy,
-                               double* largest) = 0;
+  virtual double squared_error(int64_t n, const float* y, const float* t, double denom, float* dy, double* largest) = 0;
   // Softmax losses of one sample (SoftmaxLossDesc): adds each counted voxel
   // of [v0, v1) to sums[3K + 2], in voxel order: [0] w_y * -log p_y,
   // [1] w_y, [2 + k] p_k * g_k, [2 + K + k] p_k, [2 + 2K + k] g_k.

@@ -4,6 +4,7 @@
 // device backend can copy them into a kernel's arguments.
 #pragma once
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -50,6 +51,26 @@ struct AdamStep {
   float beta1 = 0, one_minus_beta1 = 0, beta2 = 0, one_minus_beta2 = 0, weight_decay = 0, lr_over_c1 = 0;
   double c2 = 1, eps = 0;
 };
+
+// One element of each update, shared by the backends so that they compute
+// the same floats whatever order or threads they run the elements in.
+inline void sgd_element(const SgdStep& s, float& w, float grad, float* velocity) {
+  const float g = grad + s.weight_decay * w;
+  if (!velocity) {
+    w -= s.lr * g;
+    return;
+  }
+  *velocity = s.first ? g : s.momentum * *velocity + g;
+  w -= s.lr * *velocity;
+}
+
+inline void adam_element(const AdamStep& s, float& w, float grad, float& m, float& v) {
+  const float g = grad + s.weight_decay * w;
+  m = s.beta1 * m + s.one_minus_beta1 * g;
+  v = s.beta2 * v + s.one_minus_beta2 * g * g;
+  const float denom = float(std::sqrt(double(v) / s.c2) + s.eps);
+  w -= s.lr_over_c1 * m / denom;
+}
 
 // Softmax over the K channels of each voxel of one sample's logits
 // [K, volume], with labels [volume]; voxels labelled ignore_label or

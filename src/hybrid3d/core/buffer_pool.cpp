@@ -20,6 +20,14 @@ void AlignedFloatDelete::operator()(float* p) const {
     ::operator delete[](p, kAlign);
 }
 
+namespace {
+// What a buffer of `capacity` floats takes of memory once written.
+int64_t mapped_size(size_t capacity) {
+  const size_t bytes = capacity * sizeof(float);
+  return int64_t(bytes < kHugePage ? bytes : (bytes + kHugePage - 1) / kHugePage * kHugePage);
+}
+}  // namespace
+
 // Uninitialised: no pass over the memory.
 AlignedFloats allocate_aligned_floats(size_t n) {
   const size_t bytes = n * sizeof(float);
@@ -88,14 +96,17 @@ FloatBuffer BufferPool::take(size_t n) {
     const int64_t cap = std::max(stats_.peak_live_bytes, stats_.live_bytes + want);
     for (auto f = free_.begin(); f != free_.end() && stats_.live_bytes + stats_.pooled_bytes + want > cap;) {
       stats_.pooled_bytes -= int64_t(f->first * sizeof(float));
+      stats_.mapped_bytes -= mapped_size(f->first);
       f = free_.erase(f);
     }
     b.ptr = backing_ == Backing::kMemory ? allocate_aligned_floats(n) : reserve_address_space(n);
     b.capacity = n;
+    stats_.mapped_bytes += mapped_size(n);
   }
   stats_.live_bytes += int64_t(b.capacity * sizeof(float));
   stats_.peak_live_bytes = std::max(stats_.peak_live_bytes, stats_.live_bytes);
   stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.live_bytes + stats_.pooled_bytes);
+  stats_.peak_mapped_bytes = std::max(stats_.peak_mapped_bytes, stats_.mapped_bytes);
   return b;
 }
 
@@ -111,6 +122,7 @@ void BufferPool::give(FloatBuffer&& b) {
 
 void BufferPool::trim() {
   std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& f : free_) stats_.mapped_bytes -= mapped_size(f.first);
   free_.clear();
   stats_.pooled_bytes = 0;
 }
@@ -124,6 +136,7 @@ void BufferPool::reset_peak() {
   std::lock_guard<std::mutex> lock(mu_);
   stats_.peak_bytes = stats_.live_bytes + stats_.pooled_bytes;
   stats_.peak_live_bytes = stats_.live_bytes;
+  stats_.peak_mapped_bytes = stats_.mapped_bytes;
 }
 
 }  // namespace h3d

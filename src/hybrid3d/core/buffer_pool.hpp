@@ -49,6 +49,9 @@ class BufferPool : public Allocator {
   struct Stats {
     int64_t live_bytes = 0, pooled_bytes = 0, peak_bytes = 0;  // peak of live + pooled
     int64_t peak_live_bytes = 0;
+    // live + pooled as mapped: a huge-page buffer takes whole 2 MiB pages,
+    // and the last one is resident once any byte of it is written.
+    int64_t mapped_bytes = 0, peak_mapped_bytes = 0;
   };
   Stats stats() const;
   // Both peaks start over from what is held now (after trim(): as in a

@@ -1,5 +1,7 @@
 #include "hybrid3d/plan/memory_model.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <memory>
 #include <sstream>
@@ -17,7 +19,10 @@ namespace h3d {
 
 namespace {
 
-constexpr int kReplayedSteps = 2;  // the first fills the pool; the second is every later step
+// The first step fills the pool; the second is the first with a prefetched
+// batch handed over; from the third on, every step looks alike (measured:
+// the real pool's peak is the same at 3 and at 5 steps).
+constexpr int kReplayedSteps = 3;
 
 // Samples of data group g: its share [lo, hi) of the global batch (as Trainer).
 std::pair<int64_t, int64_t> group_share(int64_t batch, int groups, int g) {
@@ -39,12 +44,28 @@ int fullest_block(const Distribution& d) {
   return (c[0] * d.grid()[1] + c[1]) * d.grid()[2] + c[2];
 }
 
+// Sets OpenMP's thread count for a scope (0: leaves it), as the run's
+// ranks will have it: the backend sizes its kernels' scratchpads by it.
+class OmpThreads {
+ public:
+  explicit OmpThreads(int n) : old_(omp_get_max_threads()) {
+    if (n > 0) omp_set_num_threads(n);
+  }
+  ~OmpThreads() { omp_set_num_threads(old_); }
+  OmpThreads(const OmpThreads&) = delete;
+  OmpThreads& operator=(const OmpThreads&) = delete;
+
+ private:
+  int old_;
+};
+
 }  // namespace
 
 std::string MemoryEstimate::dominant() const {
-  const std::pair<const char*, int64_t> parts[] = {{"activations", activations}, {"input", input},
-                                                   {"parameters", parameters},   {"optimizer state", optimizer},
-                                                   {"data store", data_store},   {"process", process}};
+  const std::pair<const char*, int64_t> parts[] = {
+      {"activations", activations},   {"input", input},           {"parameters", parameters},
+      {"optimizer state", optimizer}, {"data store", data_store}, {"loader", loader},
+      {"huge-page rounding", pages},  {"MPI buffers", mpi},       {"process", process}};
   const auto* top = &parts[0];
   for (const auto& p : parts)
     if (p.second > top->second) top = &p;
@@ -78,6 +99,12 @@ RankReplay replay_rank(const MemoryRequest& r, int rank) {
   for (const Param* p : net.params()) e.parameters += 2 * p->value.numel() * int64_t(sizeof(float));
   e.optimizer = int64_t(r.optimizer_slots) * (e.parameters / 2);
   for (const StateBuffer* b : net.buffers()) e.parameters += b->value.numel() * int64_t(sizeof(float));
+  // Each gradient is allreduced in place on its own (train/grad_reducer.hpp),
+  // and OpenMPI's in-place allreduce takes a temporary buffer of the
+  // message's size: the largest gradient's, early in backward, when the
+  // saved activations are all alive.
+  if (r.ranks > 1)
+    for (const Param* p : net.params()) e.mpi = std::max(e.mpi, p->grad.numel() * int64_t(sizeof(float)));
   e.data_store = r.data_store_bytes;
   e.process = process_bytes(r.ranks_per_node);
 
@@ -104,10 +131,21 @@ RankReplay replay_rank(const MemoryRequest& r, int rank) {
     const int64_t m0 = grid.group().simulated_messages(), b0 = grid.group().simulated_bytes();
     out_replay.halo_messages = -m0;
     out_replay.halo_bytes = -b0;
+    // As Trainer::train_step: the first batch loads in the step, later ones
+    // are the prefetched batch handed over; the next batch's buffer is then
+    // taken while this step runs (a fresh one: the handed-over buffer went
+    // into the network).
     Tensor x(dry.allocator());
-    x.reserve(wish);
+    if (r.prefetch && step > 0) {
+      x = std::move(next);
+    } else {
+      x.reserve(wish);
+    }
     x.reshape_uninit(x_shape);
-    if (r.prefetch) next.reserve(wish);
+    if (r.prefetch) {
+      next = Tensor(dry.allocator());
+      next.reserve(wish);
+    }
     StepContext ctx = make_step_context(&dry, &grid, r.model.seed, true, true, step, lo, n);
     out = net.forward(ctx, std::move(x));
     Tensor dy(dry.allocator());
@@ -120,7 +158,10 @@ RankReplay replay_rank(const MemoryRequest& r, int rank) {
         for (int k = 0; k < r.optimizer_slots; ++k) hold(p->value.numel());
   }
   e.input = r.prefetch ? wish * int64_t(sizeof(float)) : 0;
-  e.activations = dry.pool().stats().peak_bytes - e.input - e.parameters - e.optimizer;
+  e.loader = r.loader_bytes_per_value * Tensor::count(x_shape) / std::max<int64_t>(1, n);  // one sample at a time
+  const BufferPool::Stats pool = dry.pool().stats();
+  e.activations = pool.peak_bytes - e.input - e.parameters - e.optimizer;
+  e.pages = pool.peak_mapped_bytes - pool.peak_bytes;
   out_replay.work = dry.work();
   // The optimizer update (not replayed): reads weights, gradients and
   // state, writes weights and state.
@@ -138,6 +179,7 @@ std::vector<RankReplay> replay_layout(const MemoryRequest& r) {
   const int last_group = (r.ranks / S - 1) * S;
   const Network net = build_model(r.model);
   const Distribution d = Distribution::balanced(r.extent, r.spatial, net.alignment());
+  const OmpThreads threads(r.threads);
   std::vector<RankReplay> out{replay_rank(r, last_group)};
   const int fullest = fullest_block(d);
   if (fullest != 0) out.push_back(replay_rank(r, last_group + fullest));

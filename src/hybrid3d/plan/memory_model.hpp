@@ -30,6 +30,13 @@ struct MemoryRequest {
   int optimizer_slots = 1;       // state tensors per parameter (Optimizer::slots)
   bool prefetch = true;          // the next batch loads while the step runs
   int64_t data_store_bytes = 0;  // what the rank's sample caches may hold
+  // Bytes per value the loader reads a sample's block into before it
+  // converts it to floats (CosmoFlow files: int16 counts, 2; 0: it reads
+  // floats in place).
+  int loader_bytes_per_value = 0;
+  // OpenMP threads of each rank (oneDNN's scratchpads grow with them);
+  // 0: this process's current count.
+  int threads = 0;
   std::string backend = "cpu";
 };
 
@@ -40,11 +47,14 @@ struct MemoryEstimate {
   int64_t parameters = 0;   // weights and their gradients
   int64_t optimizer = 0;    // optimizer state
   int64_t data_store = 0;   // samples kept in memory
+  int64_t loader = 0;       // the loader's read buffer (outside the pool)
+  int64_t pages = 0;        // the pool's buffers rounded up to whole huge pages
+  int64_t mpi = 0;          // MPI's temporary buffer of the largest allreduce
   int64_t process = 0;      // the process itself: code, MPI, oneDNN
   // What --profile reports as peak tensors (the BufferPool's peak).
   int64_t tensors() const { return activations + input + parameters + optimizer; }
   // The peak resident set.
-  int64_t total() const { return tensors() + data_store + process; }
+  int64_t total() const { return tensors() + pages + data_store + loader + mpi + process; }
   // The largest part, as "activations (72%)".
   std::string dominant() const;
 };

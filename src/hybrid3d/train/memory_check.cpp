@@ -25,6 +25,9 @@ PlanRequest plan_request(const TrainOptions& o, int ranks, int ranks_per_node) {
   m.optimizer_slots = make_optimizer(o.optimizer)->slots();
   const bool segmentation = is_segmentation(o.model);
   m.prefetch = o.prefetch && (o.data != "synthetic" || segmentation);  // as Trainer
+  // CosmoFlow files hold int16 counts, read into a buffer of their own
+  // (data/hdf5_source.cpp); segmentation volumes are read as floats in place.
+  m.loader_bytes_per_value = o.data != "synthetic" && !segmentation ? 2 : 0;
   m.backend = o.backend;
   // The data store may fill its budget (synthetic sets: at most every
   // sample's block, as floats).

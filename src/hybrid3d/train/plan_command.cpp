@@ -11,7 +11,8 @@ namespace h3d {
 void run_plan(const Comm& world, const PlanOptions& o) {
   H3D_USAGE_CHECK(o.ranks >= 0 && o.ranks_per_node >= 0, "--ranks and --ranks-per-node must be positive");
   const int ranks = o.ranks > 0 ? o.ranks : world.size();
-  const PlanRequest r = plan_request(o.job, ranks, o.ranks_per_node > 0 ? std::min(o.ranks_per_node, ranks) : ranks);
+  PlanRequest r = plan_request(o.job, ranks, o.ranks_per_node > 0 ? std::min(o.ranks_per_node, ranks) : ranks);
+  r.base.threads = r.machine.threads_per_rank;  // the ranks' threads, not this process's
   if (world.rank() != 0) return;
   if (!o.calibrate.empty()) {
     const Machine m = calibrate(r.base);

@@ -53,7 +53,9 @@ void report_profile(const ProcessGrid& grid, const std::vector<std::string>& lay
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   Spread rss = spread(world, double(ru.ru_maxrss) / 1024.0);  // KiB -> MiB
-  Spread tensors = spread(world, double(BufferPool::instance().stats().peak_bytes) / (1024.0 * 1024.0));
+  const BufferPool::Stats pool = BufferPool::instance().stats();
+  Spread tensors = spread(world, double(pool.peak_bytes) / (1024.0 * 1024.0));
+  Spread mapped = spread(world, double(pool.peak_mapped_bytes) / (1024.0 * 1024.0));
   if (world.rank() != 0) return;
 
   nlohmann::json j;
@@ -64,7 +66,8 @@ void report_profile(const ProcessGrid& grid, const std::vector<std::string>& lay
   for (const auto& [name, s] : regions) j["regions"][name] = to_json(s);
   j["memory"]["peak_rss_per_rank"] = to_json(rss);
   j["memory"]["peak_rss_sum_over_ranks"] = rss.sum;
-  j["memory"]["peak_tensor_bytes_per_rank"] = to_json(tensors);
+  j["memory"]["peak_tensor_bytes_per_rank"] = to_json(tensors);  // MiB, like the rest (the name is kept)
+  j["memory"]["peak_tensor_mapped_per_rank"] = to_json(mapped);
   if (!json_path.empty()) {
     std::string tmp = json_path + ".tmp";
     {
@@ -77,13 +80,13 @@ void report_profile(const ProcessGrid& grid, const std::vector<std::string>& lay
   }
   if (!print) return;
   auto ms = [](double s) { return s * 1e3; };
-  std::printf("profile over %lld steps, %d ranks (%s); ms per step, min / median / max over ranks\n",
-              (long long)steps, world.size(), grid.describe().c_str());
+  std::printf("profile over %lld steps, %d ranks (%s); ms per step, min / median / max over ranks\n", (long long)steps,
+              world.size(), grid.describe().c_str());
   std::printf("  %-16s %28s %28s\n", "layer", "forward", "backward");
   for (const auto& l : layers) {
     const Spread &f = regions[l + ".forward"], &b = regions[l + ".backward"];
-    std::printf("  %-16s %8.1f / %8.1f / %8.1f %8.1f / %8.1f / %8.1f\n", l.c_str(), ms(f.min), ms(f.median),
-                ms(f.max), ms(b.min), ms(b.median), ms(b.max));
+    std::printf("  %-16s %8.1f / %8.1f / %8.1f %8.1f / %8.1f / %8.1f\n", l.c_str(), ms(f.min), ms(f.median), ms(f.max),
+                ms(b.min), ms(b.median), ms(b.max));
   }
   for (const char* c : {prof::kHaloTotal, prof::kHaloExposed, prof::kAllreduceTotal, prof::kAllreduceExposed,
                         prof::kDataWait, prof::kOptimizer, prof::kStep}) {
@@ -92,7 +95,8 @@ void report_profile(const ProcessGrid& grid, const std::vector<std::string>& lay
   }
   std::printf("  peak RSS MiB     %8.0f / %8.0f / %8.0f   (sum over ranks %.0f)\n", rss.min, rss.median, rss.max,
               rss.sum);
-  std::printf("  peak tensors MiB %8.0f / %8.0f / %8.0f\n", tensors.min, tensors.median, tensors.max);
+  std::printf("  peak tensors MiB %8.0f / %8.0f / %8.0f   (in whole huge pages %.0f / %.0f / %.0f)\n", tensors.min,
+              tensors.median, tensors.max, mapped.min, mapped.median, mapped.max);
   std::fflush(stdout);
 }
 

@@ -15,9 +15,8 @@
 // summed in double, which is also how a big volume gets small staging
 // buffers. Forward splits large outputs (and regions) the same way, into
 // slabs of at most kMaxStagingBytes of output.
-#include <dnnl.hpp>
-
 #include <algorithm>
+#include <dnnl.hpp>
 #include <vector>
 
 #include "hybrid3d/backend/cpu/cpu_dnnl.hpp"
@@ -38,6 +37,11 @@ memory::desc plain_view(int64_t n, int64_t c, const std::array<int64_t, 3>& e, s
   if (parent[0] == 0) parent = e;
   const int64_t plane = parent[1] * parent[2], vol = parent[0] * plane;
   return memory::desc(dims5(n, c, e), dt::f32, memory::dims{c * vol, vol, plane, parent[2], 1});
+}
+
+// Floats that hold a scratchpad of this many bytes.
+int64_t scratchpad_floats(const memory::desc& scratch) {
+  return int64_t((scratch.get_size() + sizeof(float) - 1) / sizeof(float));
 }
 
 constexpr int64_t kReductionPoints = 4096;
@@ -65,17 +69,10 @@ std::vector<DSlab> d_slabs(const ConvDesc& d) {
 
 }  // namespace
 
-StagedArg::StagedArg(const dnnl::engine& eng, const memory::desc& plain, const memory::desc& wanted)
-    : plain_(plain), wanted_(wanted) {
-  if (plain == wanted) return;
-  memory a(plain, eng, DNNL_MEMORY_NONE), b(wanted, eng, DNNL_MEMORY_NONE);
-  to_wanted_.emplace(a, b);
-  to_plain_.emplace(b, a);
-}
-
 memory StagedArg::input(const dnnl::engine& eng, dnnl::stream& s, const float* p) {
   memory user(plain_, eng, const_cast<float*>(p));
-  if (!to_wanted_) return user;
+  if (!staged()) return user;
+  if (!to_wanted_) to_wanted_.emplace(dnnl::reorder::primitive_desc(eng, plain_, eng, wanted_));
   staging_.reshape_uninit({int64_t(wanted_.get_size() / sizeof(float))});
   memory m(wanted_, eng, staging_.data());
   to_wanted_->execute(s, user, m);
@@ -83,27 +80,38 @@ memory StagedArg::input(const dnnl::engine& eng, dnnl::stream& s, const float* p
 }
 
 memory StagedArg::output(const dnnl::engine& eng, float* p) {
-  if (!to_plain_) return memory(plain_, eng, p);
+  if (!staged()) return memory(plain_, eng, p);
+  if (!to_plain_) to_plain_.emplace(dnnl::reorder::primitive_desc(eng, wanted_, eng, plain_));
   staging_.reshape_uninit({int64_t(wanted_.get_size() / sizeof(float))});
   return memory(wanted_, eng, staging_.data());
 }
 
 void StagedArg::finish_output(dnnl::stream& s, memory& written, float* p) {
-  if (!to_plain_) return;
+  if (!staged()) return;
   memory user(plain_, written.get_engine(), p);
   to_plain_->execute(s, written, user);
 }
 
-CpuBackend::Impl::ConvPrims& CpuBackend::Impl::conv(const ConvDesc& d, const std::array<int64_t, 3>& src_parent,
-                                                     const std::array<int64_t, 3>& dst_parent, const ConvPrims* like) {
-  std::string key = d.key();
-  for (int i = 0; i < 3; ++i) key += "|" + std::to_string(src_parent[size_t(i)]) + "," + std::to_string(dst_parent[size_t(i)]);
-  if (like) key += "|like " + like->forward_impl;
-  auto it = convs.find(key);
-  if (it != convs.end()) return *it->second;
-  const memory::desc src = plain_view(d.n, d.cin, d.in, src_parent);
-  const memory::desc dst = plain_view(d.n, d.cout, d.out, dst_parent);
-  const memory::desc wei({d.cout, d.cin, d.k[0], d.k[1], d.k[2]}, dt::f32, tag::oidhw);
+namespace {
+
+// The three primitive descriptors of a convolution (forward, backward data,
+// backward weights) in the layouts oneDNN picks, with user scratchpads.
+// Cheap to make (no kernel is generated): the planner asks for them at
+// full size. `like_forward`: a forward implementation to take where oneDNN
+// has it for this shape (see conv()).
+struct ConvPds {
+  memory::desc src, dst, wei;  // the plain views of the caller's buffers
+  dnnl::convolution_forward::primitive_desc fwd;
+  dnnl::convolution_backward_data::primitive_desc bwd_data;
+  dnnl::convolution_backward_weights::primitive_desc bwd_weights;
+};
+
+ConvPds conv_pds(const dnnl::engine& eng, const ConvDesc& d, const std::array<int64_t, 3>& src_parent,
+                 const std::array<int64_t, 3>& dst_parent, const std::string& like_forward) {
+  ConvPds p;
+  p.src = plain_view(d.n, d.cin, d.in, src_parent);
+  p.dst = plain_view(d.n, d.cout, d.out, dst_parent);
+  p.wei = memory::desc({d.cout, d.cin, d.k[0], d.k[1], d.k[2]}, dt::f32, tag::oidhw);
   const memory::desc bia({d.cout}, dt::f32, tag::x);
   // Every shape, tiny ones included, takes the layouts oneDNN picks: its
   // direct kernels compute each output point in the same order whatever
@@ -113,59 +121,85 @@ CpuBackend::Impl::ConvPrims& CpuBackend::Impl::conv(const ConvDesc& d, const std
   auto any = [](const memory::desc& m) { return memory::desc(m.dims(), dt::f32, tag::any); };
   const memory::desc no_bias;
   const auto st = dims3(d.stride), pl = dims3(d.pad_lo), pr = dims3(d.pad_hi);
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, any(p.src),
+                                     any(p.wei), d.bias ? bia : no_bias, any(p.dst), st, pl, pr);
+  p.fwd = dnnl::convolution_forward::primitive_desc(fd, attr, eng);
+  // A region takes the whole convolution's implementation where oneDNN
+  // has it for the region's shape: a 1x1x1 region, say, would otherwise
+  // run as an inner product, which sums in another order.
+  if (!like_forward.empty()) {
+    dnnl::convolution_forward::primitive_desc probe = p.fwd;
+    while (probe.impl_info_str() != like_forward && probe.next_impl()) {
+    }
+    if (probe.impl_info_str() == like_forward) p.fwd = probe;
+  }
+  dnnl::convolution_backward_data::desc bd(dnnl::algorithm::convolution_direct, any(p.src), any(p.wei), any(p.dst), st,
+                                           pl, pr);
+  p.bwd_data = dnnl::convolution_backward_data::primitive_desc(bd, attr, eng, p.fwd);
+  dnnl::convolution_backward_weights::desc wd(dnnl::algorithm::convolution_direct, any(p.src), any(p.wei),
+                                              d.bias ? bia : no_bias, any(p.dst), st, pl, pr);
+  p.bwd_weights = dnnl::convolution_backward_weights::primitive_desc(wd, attr, eng, p.fwd);
+  return p;
+}
+
+}  // namespace
+
+CpuBackend::Impl::ConvPrims& CpuBackend::Impl::conv(const ConvDesc& d, const std::array<int64_t, 3>& src_parent,
+                                                    const std::array<int64_t, 3>& dst_parent, const ConvPrims* like) {
+  std::string key = d.key();
+  for (int i = 0; i < 3; ++i)
+    key += "|" + std::to_string(src_parent[size_t(i)]) + "," + std::to_string(dst_parent[size_t(i)]);
+  if (like) key += "|like " + like->forward_impl;
+  auto it = convs.find(key);
+  if (it != convs.end()) return *it->second;
   auto p = std::make_unique<ConvPrims>();
   dnnl_call("convolution setup", [&] {
-    dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                       any(src), any(wei), d.bias ? bia : no_bias, any(dst), st, pl, pr);
-    dnnl::convolution_forward::primitive_desc fpd(fd, eng);
-    // A region takes the whole convolution's implementation where oneDNN
-    // has it for the region's shape: a 1x1x1 region, say, would otherwise
-    // run as an inner product, which sums in another order.
-    if (like) {
-      dnnl::convolution_forward::primitive_desc probe = fpd;
-      while (probe.impl_info_str() != like->forward_impl && probe.next_impl()) {
-      }
-      if (probe.impl_info_str() == like->forward_impl) fpd = probe;
-    }
-    p->forward_impl = fpd.impl_info_str();
-    dnnl::convolution_backward_data::desc bd(dnnl::algorithm::convolution_direct, any(src), any(wei), any(dst), st,
-                                             pl, pr);
-    dnnl::convolution_backward_data::primitive_desc bpd(bd, eng, fpd);
-    dnnl::convolution_backward_weights::desc wd(dnnl::algorithm::convolution_direct, any(src), any(wei),
-                                                d.bias ? bia : no_bias, any(dst), st, pl, pr);
-    dnnl::convolution_backward_weights::primitive_desc wpd(wd, eng, fpd);
-    p->fwd = dnnl::convolution_forward(fpd);
-    p->bwd_data = dnnl::convolution_backward_data(bpd);
-    p->bwd_weights = dnnl::convolution_backward_weights(wpd);
-    p->f_src = StagedArg(eng, src, fpd.src_desc());
-    p->f_wei = StagedArg(eng, wei, fpd.weights_desc());
-    p->f_dst = StagedArg(eng, dst, fpd.dst_desc());
-    p->d_ddst = StagedArg(eng, dst, bpd.diff_dst_desc());
-    p->d_wei = StagedArg(eng, wei, bpd.weights_desc());
-    p->d_dsrc = StagedArg(eng, src, bpd.diff_src_desc());
-    p->w_src = StagedArg(eng, src, wpd.src_desc());
-    p->w_ddst = StagedArg(eng, dst, wpd.diff_dst_desc());
-    p->w_dwei = StagedArg(eng, wei, wpd.diff_weights_desc());
+    const ConvPds pd = conv_pds(eng, d, src_parent, dst_parent, like ? like->forward_impl : std::string());
+    p->forward_impl = pd.fwd.impl_info_str();
+    p->fwd_pd = pd.fwd;
+    p->bwd_data_pd = pd.bwd_data;
+    p->bwd_weights_pd = pd.bwd_weights;
+    p->f_src = StagedArg(pd.src, pd.fwd.src_desc());
+    p->f_wei = StagedArg(pd.wei, pd.fwd.weights_desc());
+    p->f_dst = StagedArg(pd.dst, pd.fwd.dst_desc());
+    p->d_ddst = StagedArg(pd.dst, pd.bwd_data.diff_dst_desc());
+    p->d_wei = StagedArg(pd.wei, pd.bwd_data.weights_desc());
+    p->d_dsrc = StagedArg(pd.src, pd.bwd_data.diff_src_desc());
+    p->w_src = StagedArg(pd.src, pd.bwd_weights.src_desc());
+    p->w_ddst = StagedArg(pd.dst, pd.bwd_weights.diff_dst_desc());
+    p->w_dwei = StagedArg(pd.wei, pd.bwd_weights.diff_weights_desc());
+    p->f_scratch = pd.fwd.scratchpad_desc();
+    p->d_scratch = pd.bwd_data.scratchpad_desc();
+    p->w_scratch = pd.bwd_weights.scratchpad_desc();
   });
   return *convs.emplace(key, std::move(p)).first->second;
 }
 
 namespace {
 
-// One forward call of (a view of) a convolution.
 // Runs `prim` on two inputs and one output, each staged through its
 // StagedArg (plus `plain`: arguments passed as they are, e.g. the bias),
-// then moves the output to the caller's buffer and frees every staging copy.
+// with its scratchpad (`scratch`, empty: none) taken from the pool for the
+// call, then moves the output to the caller's buffer and frees every
+// staging copy.
 template <typename Prim>
-void run_staged(Prim& prim, const dnnl::engine& eng, dnnl::stream& s, std::pair<int, StagedArg*> in0,
-                const float* p0, std::pair<int, StagedArg*> in1, const float* p1, std::pair<int, StagedArg*> out,
-                float* po, std::unordered_map<int, memory> plain = {}) {
+void run_staged(Prim& prim, const dnnl::engine& eng, dnnl::stream& s, std::pair<int, StagedArg*> in0, const float* p0,
+                std::pair<int, StagedArg*> in1, const float* p1, std::pair<int, StagedArg*> out, float* po,
+                const memory::desc& scratch, std::unordered_map<int, memory> plain = {}) {
   memory o = out.second->output(eng, po);
   plain.emplace(in0.first, in0.second->input(eng, s, p0));
   plain.emplace(in1.first, in1.second->input(eng, s, p1));
   plain.emplace(out.first, o);
+  Tensor pad;
+  if (scratch.get_size() > 0) {
+    pad.reshape_uninit({scratchpad_floats(scratch)});
+    plain.emplace(DNNL_ARG_SCRATCHPAD, memory(scratch, eng, pad.data()));
+  }
   prim.execute(s, plain);
   s.wait();
+  pad.release();
   in0.second->release();
   in1.second->release();
   out.second->finish_output(s, o, po);
@@ -179,12 +213,12 @@ memory bias_memory(const ConvDesc& d, const dnnl::engine& eng, const float* b) {
 
 // One forward call of (a view of) a convolution.
 template <typename Prims>
-void forward_once(Prims& p, const dnnl::engine& eng, dnnl::stream& s, const ConvDesc& d, const float* x,
-                  const float* w, const float* b, float* y) {
+void forward_once(Prims& p, const dnnl::engine& eng, dnnl::stream& s, const ConvDesc& d, const float* x, const float* w,
+                  const float* b, float* y) {
   std::unordered_map<int, memory> bias;
   if (d.bias) bias.emplace(DNNL_ARG_BIAS, bias_memory(d, eng, b));
-  run_staged(p.fwd, eng, s, {DNNL_ARG_SRC, &p.f_src}, x, {DNNL_ARG_WEIGHTS, &p.f_wei}, w, {DNNL_ARG_DST, &p.f_dst}, y,
-             std::move(bias));
+  run_staged(p.fwd(), eng, s, {DNNL_ARG_SRC, &p.f_src}, x, {DNNL_ARG_WEIGHTS, &p.f_wei}, w, {DNNL_ARG_DST, &p.f_dst}, y,
+             p.f_scratch, std::move(bias));
 }
 
 }  // namespace
@@ -224,8 +258,8 @@ void CpuBackend::conv3d_backward_data(const ConvDesc& d, const float* dy, const 
   auto& eng = impl_->eng;
   auto& s = impl_->strm;
   dnnl_call("convolution backward data", [&] {
-    run_staged(p.bwd_data, eng, s, {DNNL_ARG_DIFF_DST, &p.d_ddst}, dy, {DNNL_ARG_WEIGHTS, &p.d_wei}, w,
-               {DNNL_ARG_DIFF_SRC, &p.d_dsrc}, dx);
+    run_staged(p.bwd_data(), eng, s, {DNNL_ARG_DIFF_DST, &p.d_ddst}, dy, {DNNL_ARG_WEIGHTS, &p.d_wei}, w,
+               {DNNL_ARG_DIFF_SRC, &p.d_dsrc}, dx, p.d_scratch);
   });
 }
 
@@ -238,14 +272,13 @@ void backward_weights_once(Prims& p, const dnnl::engine& eng, dnnl::stream& s, c
                            const float* dy, float* dw, float* db) {
   std::unordered_map<int, memory> bias;
   if (d.bias) bias.emplace(DNNL_ARG_DIFF_BIAS, bias_memory(d, eng, db));
-  run_staged(p.bwd_weights, eng, s, {DNNL_ARG_SRC, &p.w_src}, x, {DNNL_ARG_DIFF_DST, &p.w_ddst}, dy,
-             {DNNL_ARG_DIFF_WEIGHTS, &p.w_dwei}, dw, std::move(bias));
+  run_staged(p.bwd_weights(), eng, s, {DNNL_ARG_SRC, &p.w_src}, x, {DNNL_ARG_DIFF_DST, &p.w_ddst}, dy,
+             {DNNL_ARG_DIFF_WEIGHTS, &p.w_dwei}, dw, p.w_scratch, std::move(bias));
 }
 
 }  // namespace
 
-void CpuBackend::conv3d_backward_weights(const ConvDesc& d, const float* x, const float* dy, float* dw,
-                                         float* db) {
+void CpuBackend::conv3d_backward_weights(const ConvDesc& d, const float* x, const float* dy, float* dw, float* db) {
   std::vector<float> scratch_bias(size_t(d.cout), 0.0f);
   float* bias_out = db ? db : scratch_bias.data();
   const std::vector<DSlab> slabs = d_slabs(d);
@@ -276,50 +309,52 @@ void CpuBackend::conv3d_backward_weights(const ConvDesc& d, const float* x, cons
     for (int64_t co = 0; co < d.cout; ++co) db[co] = 0.0f;
 }
 
-// What the calls above take from the pool while they run: the staged
-// arguments of one primitive call (of the first D slab where the call goes
-// in slabs) and, for backward weights in slabs, the partial weights.
-//
-// The layouts come from a proxy of the same channels and window on at most
-// kProxy outputs per axis and one sample: the layout oneDNN picks follows
-// the channels and the window, and making primitives for the full extents
-// would cost the planner seconds and gigabytes. A staged activation's size
-// then scales with its voxels (blocked layouts pad channels, not extents).
+// What the calls above take from the pool while they run, in the order
+// they take it: for backward weights in slabs the partial weights, then the
+// staged output, the two staged inputs and the scratchpad of one primitive
+// call (of the first slab where the call goes in slabs). Asked of the
+// primitive descriptors of the real shapes, which oneDNN makes without
+// generating a kernel: microseconds and no memory even at 512^3.
 std::vector<int64_t> CpuBackend::conv3d_staging(const ConvDesc& whole, ConvPass pass) {
-  constexpr int64_t kProxy = 32;
   ConvDesc d = whole;
-  if (pass == ConvPass::kForward) {  // the first slab, as conv3d_forward goes
-    const int64_t plane_bytes = d.n * d.cout * d.out[1] * d.out[2] * int64_t(sizeof(float));
-    if (plane_bytes * d.out[0] > kMaxStagingBytes) {
-      const int64_t planes = std::max<int64_t>(1, kMaxStagingBytes / plane_bytes);
-      std::array<int64_t, 3> o{};
-      d = sub_convolution(d, Box{{Range{0, std::min(planes, d.out[0])}, Range{0, d.out[1]}, Range{0, d.out[2]}}}, o);
-    }
-  }
-  const std::vector<DSlab> slabs = pass == ConvPass::kBackwardWeights ? d_slabs(d) : std::vector<DSlab>{};
-  if (slabs.size() > 1) d = slabs[0].desc;
-  ConvDesc p = d;
-  p.n = 1;
-  for (size_t a = 0; a < 3; ++a)
-    if (p.out[a] > kProxy) {
-      p.out[a] = kProxy;
-      p.in[a] = std::max<int64_t>(1, (kProxy - 1) * p.stride[a] + p.k[a] - p.pad_lo[a] - p.pad_hi[a]);
-    }
-  auto voxels = [](int64_t n, const std::array<int64_t, 3>& e) { return double(n) * double(e[0] * e[1] * e[2]); };
-  const double in_scale = voxels(d.n, d.in) / voxels(p.n, p.in), out_scale = voxels(d.n, d.out) / voxels(p.n, p.out);
+  std::array<int64_t, 3> src_parent{}, dst_parent{};
+  std::string like;
   std::vector<int64_t> out;
-  if (slabs.size() > 1) out.push_back(d.cout * d.cin * d.k[0] * d.k[1] * d.k[2]);  // the partial weights
-  auto add = [&out](const StagedArg& a, double scale) {
-    if (a.staged()) out.push_back(int64_t(double(a.staged_floats()) * scale));
-  };
   dnnl_call("convolution staging", [&] {
-    const Impl::ConvPrims& q = impl_->conv(p);
+    if (pass == ConvPass::kForward) {  // the first slab, as conv3d_forward goes
+      const int64_t plane_bytes = d.n * d.cout * d.out[1] * d.out[2] * int64_t(sizeof(float));
+      if (plane_bytes * d.out[0] > kMaxStagingBytes) {
+        const int64_t planes = std::max<int64_t>(1, kMaxStagingBytes / plane_bytes);
+        std::array<int64_t, 3> o{};
+        d = sub_convolution(whole, Box{{Range{0, std::min(planes, d.out[0])}, Range{0, d.out[1]}, Range{0, d.out[2]}}},
+                            o);
+        src_parent = whole.in, dst_parent = whole.out;
+        like = conv_pds(impl_->eng, whole, {}, {}, "").fwd.impl_info_str();
+      }
+    } else if (pass == ConvPass::kBackwardWeights) {
+      const std::vector<DSlab> slabs = d_slabs(whole);
+      if (slabs.size() > 1) {
+        d = slabs[0].desc;
+        src_parent = whole.in, dst_parent = whole.out;
+        out.push_back(d.cout * d.cin * d.k[0] * d.k[1] * d.k[2]);  // the partial weights
+      }
+    }
+    const ConvPds pd = conv_pds(impl_->eng, d, src_parent, dst_parent, like);
+    auto staged = [&out](const memory::desc& plain, const memory::desc& wanted) {
+      if (plain != wanted) out.push_back(int64_t(wanted.get_size() / sizeof(float)));
+    };
+    auto scratch = [&out](const memory::desc& m) {
+      if (m.get_size() > 0) out.push_back(scratchpad_floats(m));
+    };
     if (pass == ConvPass::kForward) {
-      add(q.f_src, in_scale), add(q.f_wei, 1.0), add(q.f_dst, out_scale);
+      staged(pd.dst, pd.fwd.dst_desc()), staged(pd.src, pd.fwd.src_desc()), staged(pd.wei, pd.fwd.weights_desc());
+      scratch(pd.fwd.scratchpad_desc());
     } else if (pass == ConvPass::kBackwardData) {
-      add(q.d_ddst, out_scale), add(q.d_wei, 1.0), add(q.d_dsrc, in_scale);
+      staged(pd.src, pd.bwd_data.diff_src_desc()), staged(pd.dst, pd.bwd_data.diff_dst_desc());
+      staged(pd.wei, pd.bwd_data.weights_desc()), scratch(pd.bwd_data.scratchpad_desc());
     } else {
-      add(q.w_src, in_scale), add(q.w_ddst, out_scale), add(q.w_dwei, 1.0);
+      staged(pd.wei, pd.bwd_weights.diff_weights_desc()), staged(pd.src, pd.bwd_weights.src_desc());
+      staged(pd.dst, pd.bwd_weights.diff_dst_desc()), scratch(pd.bwd_weights.scratchpad_desc());
     }
   });
   return out;

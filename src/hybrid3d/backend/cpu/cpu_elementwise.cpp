@@ -79,13 +79,23 @@ void CpuBackend::dropout(const DropoutDesc& d, const float* x, float* y) {
   }
 }
 
+// The updates on every thread: one pass over 4-5 arrays the size of the
+// weights is memory-bound, and the serial loop took 0.3 s a step for
+// cosmoflow-lbann's 18M weights (a quarter of its step at 128^3).
 void CpuBackend::sgd_update(const SgdStep& s, int64_t n, float* w, const float* grad, float* velocity) {
-  ref_.sgd_update(s, n, w, grad, velocity);
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) sgd_element(s, w[i], grad[i], velocity ? velocity + i : nullptr);
 }
 void CpuBackend::adam_update(const AdamStep& s, int64_t n, float* w, const float* grad, float* m, float* v) {
-  ref_.adam_update(s, n, w, grad, m, v);
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) adam_element(s, w[i], grad[i], m[i], v[i]);
 }
-bool CpuBackend::all_finite(const float* x, int64_t n) { return ref_.all_finite(x, n); }
+bool CpuBackend::all_finite(const float* x, int64_t n) {
+  int bad = 0;  // every gradient is checked every step: all threads, no early exit
+#pragma omp parallel for reduction(| : bad) schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) bad |= !std::isfinite(x[i]);
+  return !bad;
+}
 double CpuBackend::squared_error(int64_t n, const float* y, const float* t, double denom, float* dy, double* largest) {
   return ref_.squared_error(n, y, t, denom, dy, largest);
 }

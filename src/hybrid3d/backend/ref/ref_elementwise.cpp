@@ -80,25 +80,11 @@ void RefBackend::dropout(const DropoutDesc& d, const float* x, float* y) {
 }
 
 void RefBackend::sgd_update(const SgdStep& s, int64_t n, float* w, const float* grad, float* velocity) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = grad[i] + s.weight_decay * w[i];
-    if (!velocity) {
-      w[i] -= s.lr * g;
-      continue;
-    }
-    velocity[i] = s.first ? g : s.momentum * velocity[i] + g;
-    w[i] -= s.lr * velocity[i];
-  }
+  for (int64_t i = 0; i < n; ++i) sgd_element(s, w[i], grad[i], velocity ? velocity + i : nullptr);
 }
 
 void RefBackend::adam_update(const AdamStep& s, int64_t n, float* w, const float* grad, float* m, float* v) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = grad[i] + s.weight_decay * w[i];
-    m[i] = s.beta1 * m[i] + s.one_minus_beta1 * g;
-    v[i] = s.beta2 * v[i] + s.one_minus_beta2 * g * g;
-    const float denom = float(std::sqrt(double(v[i]) / s.c2) + s.eps);
-    w[i] -= s.lr_over_c1 * m[i] / denom;
-  }
+  for (int64_t i = 0; i < n; ++i) adam_element(s, w[i], grad[i], m[i], v[i]);
 }
 
 bool RefBackend::all_finite(const float* x, int64_t n) {
