@@ -74,11 +74,15 @@ def main():
         if a.only and a.only not in f"{model} {size} {ranks}":
             continue
         threads = max(1, CORES // ranks)
-        key = (model, tuple(flags), threads)
+        # Calibrated with as many ranks measuring at once as share a core set
+        # in the run (at most the cores: beyond them the model divides).
+        together = min(ranks, CORES)
+        key = (model, tuple(flags), threads, together)
         if key not in machines:
-            path = os.path.join(work, f"machine_{model}_{threads}.json")
-            run([a.binary, "plan", "--model", model, "--input-size", str(size), *flags, "--calibrate", path],
-                env=dict(ENV, OMP_NUM_THREADS=str(threads)))
+            path = os.path.join(work, f"machine_{model}_{threads}_{together}.json")
+            run(["mpirun", "-np", str(together), "--oversubscribe", "--bind-to", "none", "-x",
+                 f"OMP_NUM_THREADS={threads}", a.binary, "plan", "--model", model, "--input-size", str(size), *flags,
+                 "--optimizer", "adam", "--calibrate", path])
             machines[key] = path
         data = data_for(a.binary, work, model, size)
         common = ["--model", model, "--input-size", str(size), *flags, "--batch-size", str(batch),

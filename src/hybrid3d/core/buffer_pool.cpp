@@ -4,47 +4,64 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <new>
 
 namespace h3d {
 
 namespace {
 constexpr std::align_val_t kAlign{64};
-constexpr size_t kHugePage = size_t(2) << 20;
+constexpr size_t kHugePage = size_t(2) << 20, kPage = 4096;
+
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// Where the next large buffer starts within its first page: a different
+// cache line each time (64 colours). Buffers that all began on a 2 MiB
+// boundary put w[i], g[i], m[i] and v[i] of an elementwise loop on the same
+// cache sets and the same 4 KiB offsets, whose loads and stores then falsely
+// depend on one another: Adam's update over cosmoflow-lbann's 9.4M weights
+// took 320 ms instead of 50 on one thread (docs/performance.md).
+size_t next_colour() {
+  static std::atomic<unsigned> next{0};
+  return size_t(next.fetch_add(1, std::memory_order_relaxed) * 37 % 64) * 64;
+}
+
+// What a buffer of `capacity` floats takes of memory once written: small
+// ones their bytes; large ones at most their 4 KiB pages and one more (the
+// colour), the whole 2 MiB pages on huge pages and the rest on small ones.
+int64_t mapped_size(size_t capacity) {
+  const size_t bytes = capacity * sizeof(float);
+  return int64_t(bytes < kHugePage ? bytes : round_up(bytes, kPage) + kPage);
+}
 }  // namespace
 
 void AlignedFloatDelete::operator()(float* p) const {
-  if (mapped_bytes)
-    munmap(p, mapped_bytes);
+  if (mapped_bytes)  // the mapping starts at the page the buffer's colour is in
+    munmap(reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) / kPage * kPage), mapped_bytes);
   else
     ::operator delete[](p, kAlign);
 }
-
-namespace {
-// What a buffer of `capacity` floats takes of memory once written.
-int64_t mapped_size(size_t capacity) {
-  const size_t bytes = capacity * sizeof(float);
-  return int64_t(bytes < kHugePage ? bytes : (bytes + kHugePage - 1) / kHugePage * kHugePage);
-}
-}  // namespace
 
 // Uninitialised: no pass over the memory.
 AlignedFloats allocate_aligned_floats(size_t n) {
   const size_t bytes = n * sizeof(float);
   if (bytes < kHugePage)
     return AlignedFloats(static_cast<float*>(::operator new[](bytes, kAlign)), AlignedFloatDelete{0});
-  // Map one huge page more than needed and cut the mapping to a 2 MiB
-  // aligned range, so that the kernel can back all of it with huge pages.
-  const size_t size = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  // A mapping that starts on a 2 MiB boundary (map one huge page more and
+  // cut), so that the kernel can back its whole 2 MiB pages with huge
+  // pages; the part after the last whole one stays on 4 KiB pages, so that
+  // a buffer a little over N huge pages does not take N + 1 of them.
+  const size_t colour = next_colour(), used = colour + bytes, size = round_up(used, kPage);
   void* raw = mmap(nullptr, size + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) throw std::bad_alloc();
   const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
-  const uintptr_t aligned = (start + kHugePage - 1) / kHugePage * kHugePage;
+  const uintptr_t aligned = round_up(start, kHugePage);
   if (aligned > start) munmap(raw, aligned - start);
   const size_t tail = start + size + kHugePage - (aligned + size);
   if (tail) munmap(reinterpret_cast<void*>(aligned + size), tail);
-  madvise(reinterpret_cast<void*>(aligned), size, MADV_HUGEPAGE);  // advice only: fine if refused
-  return AlignedFloats(reinterpret_cast<float*>(aligned), AlignedFloatDelete{size});
+  const size_t huge = used / kHugePage * kHugePage;
+  madvise(reinterpret_cast<void*>(aligned), huge, MADV_HUGEPAGE);  // advice only: fine if refused
+  return AlignedFloats(reinterpret_cast<float*>(aligned + colour), AlignedFloatDelete{size});
 }
 
 namespace {

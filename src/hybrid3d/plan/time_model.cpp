@@ -75,6 +75,7 @@ Machine Machine::load(const std::string& path) {
   m.allreduce_latency_s = positive(j, "allreduce_latency_s", m.allreduce_latency_s, path);
   m.allreduce_gbps = positive(j, "allreduce_gbps", m.allreduce_gbps, path);
   m.threads_per_rank = int(positive(j, "threads_per_rank", m.threads_per_rank, path));
+  m.calibrated_ranks_per_node = int(positive(j, "calibrated_ranks_per_node", m.calibrated_ranks_per_node, path));
   m.step_factor = positive(j, "step_factor", m.step_factor, path);
   m.cores_per_node = int(positive(j, "cores_per_node", cores_on_this_node(), path));
   if (j.contains("conv"))
@@ -92,6 +93,7 @@ Machine Machine::load(const std::string& path) {
 void Machine::save(const std::string& path) const {
   nlohmann::json j = {{"name", name},
                       {"threads_per_rank", threads_per_rank},
+                      {"calibrated_ranks_per_node", calibrated_ranks_per_node},
                       {"cores_per_node", cores_per_node > 0 ? cores_per_node : cores_on_this_node()},
                       {"conv_gflops", conv_gflops},
                       {"gemm_gflops", gemm_gflops},
@@ -192,6 +194,27 @@ double measured_step_factor(const MemoryRequest& r, const Machine& m, Backend& b
   const ProcessGrid grid(self, {1, 1, 1});
   Network net = build_model_for(one.model, one.extent, grid);
   const ActShape& in = net.input_shape();
+  // The update the Trainer makes after backward: its gradient check and the
+  // optimizer (Adam for 2 state slots, SGD with momentum for 1, plain SGD).
+  std::vector<Tensor> slots;
+  for (const Param* p : net.params())
+    for (int k = 0; k < r.optimizer_slots; ++k) slots.emplace_back(p->value.shape(), 0.0f);
+  auto update = [&] {
+    size_t k = 0;
+    for (Param* p : net.params()) {
+      const int64_t n = p->value.numel();
+      float* w = p->value.data();
+      const float* g = p->grad.data();
+      if (!be.all_finite(g, n)) H3D_THROW(Error, "--calibrate: a gradient of the test step is not finite");
+      if (r.optimizer_slots >= 2) {
+        be.adam_update(AdamStep{0.9f, 0.1f, 0.999f, 0.001f, 0.0f, 1e-6f, 1.0, 1e-8}, n, w, g, slots[k].data(),
+                       slots[k + 1].data());
+      } else {
+        be.sgd_update(SgdStep{1e-6f, 0.0f, 0.9f, false}, n, w, g, r.optimizer_slots == 1 ? slots[k].data() : nullptr);
+      }
+      k += size_t(r.optimizer_slots);
+    }
+  };
   std::vector<double> seconds;
   for (int64_t step = 0; step < 4; ++step) {
     Tensor x(be.allocator());
@@ -205,6 +228,7 @@ double measured_step_factor(const MemoryRequest& r, const Machine& m, Backend& b
     dy.reshape_uninit(y.shape());
     be.fill(dy.data(), dy.numel(), 1e-3f);
     net.backward(ctx, std::move(dy));
+    update();
     seconds.push_back(Profiler::now() - t0);
   }
   std::sort(seconds.begin() + 1, seconds.end());  // the first step builds the kernels

@@ -40,6 +40,9 @@ struct Machine {
   double p2p_latency_s = 3e-6, p2p_gbps = 4;
   double allreduce_latency_s = 5e-6, allreduce_gbps = 3;
   int threads_per_rank = 1;
+  // The ranks that ran on the node while --calibrate measured (each rank
+  // measured at once): the rates are those of a rank among that many.
+  int calibrated_ranks_per_node = 1;
   // Cores per node: ranks x threads beyond it share the cores, and compute
   // slows by that factor (0: this machine's).
   int cores_per_node = 0;

@@ -13,9 +13,17 @@ void run_plan(const Comm& world, const PlanOptions& o) {
   const int ranks = o.ranks > 0 ? o.ranks : world.size();
   PlanRequest r = plan_request(o.job, ranks, o.ranks_per_node > 0 ? std::min(o.ranks_per_node, ranks) : ranks);
   r.base.threads = r.machine.threads_per_rank;  // the ranks' threads, not this process's
-  if (world.rank() != 0) return;
   if (!o.calibrate.empty()) {
-    const Machine m = calibrate(r.base);
+    // Every rank of the job measures at once, so that the rates are those
+    // of a rank sharing the node (memory bandwidth, caches) with as many
+    // others as the run will have: `mpirun -np K hybrid3d plan --calibrate`.
+    world.barrier();
+    Machine m = calibrate(r.base);
+    m.calibrated_ranks_per_node = world.size();
+    m.name = "calibrated by hybrid3d plan --calibrate (" + std::to_string(m.threads_per_rank) + " threads per rank, " +
+             std::to_string(world.size()) + " ranks measuring at once)";
+    world.barrier();
+    if (world.rank() != 0) return;
     m.save(o.calibrate);
     std::printf(
         "wrote %s: %zu convolution classes of %s; default GFLOP/s forward %.1f, backward data %.1f, "
@@ -24,6 +32,7 @@ void run_plan(const Comm& world, const PlanOptions& o) {
         m.conv_gflops[2], m.gemm_gflops, m.stream_gbps, m.step_factor);
     return;
   }
+  if (world.rank() != 0) return;
   std::vector<std::string> refused;
   const std::vector<LayoutPlan> plans = plan_layouts(r, &refused);
   H3D_USAGE_CHECK(!plans.empty(), "no layout of " << r.base.ranks << " ranks can split " << o.job.model.model
