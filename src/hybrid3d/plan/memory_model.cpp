@@ -159,6 +159,8 @@ RankReplay replay_rank(const MemoryRequest& r, int rank) {
   }
   e.input = r.prefetch ? wish * int64_t(sizeof(float)) : 0;
   e.loader = r.loader_bytes_per_value * Tensor::count(x_shape) / std::max<int64_t>(1, n);  // one sample at a time
+  const int64_t spatial_ranks = int64_t(r.spatial[0]) * r.spatial[1] * r.spatial[2];
+  e.loader = std::max(e.loader, r.generator_bytes_per_voxel * r.extent[0] * r.extent[1] * r.extent[2] / spatial_ranks);
   const BufferPool::Stats pool = dry.pool().stats();
   e.activations = pool.peak_bytes - e.input - e.parameters - e.optimizer;
   e.pages = pool.peak_mapped_bytes - pool.peak_bytes;

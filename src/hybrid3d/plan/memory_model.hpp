@@ -34,6 +34,10 @@ struct MemoryRequest {
   // converts it to floats (CosmoFlow files: int16 counts, 2; 0: it reads
   // floats in place).
   int loader_bytes_per_value = 0;
+  // Synthetic universes: bytes per voxel of the whole sample that the
+  // generator's distributed FFT holds while it makes one (shared by the
+  // spatial ranks; 0: not synthetic).
+  int generator_bytes_per_voxel = 0;
   // OpenMP threads of each rank (oneDNN's scratchpads grow with them);
   // 0: this process's current count.
   int threads = 0;

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hybrid3d/backend/registry.hpp"
+#include "hybrid3d/core/buffer_pool.hpp"
 #include "hybrid3d/core/bytes.hpp"
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/core/profiler.hpp"
@@ -287,6 +288,14 @@ Machine calibrate(const MemoryRequest& r) {
   if (pd.n * pd.c > 0) {
     PoolDesc q = pd;
     q.n = 1;
+    // Cut along D as the convolutions are (cosmoflow-lbann 512^3's first
+    // pooling is 2 Gi floats in, and its three buffers took 17 GiB).
+    const int64_t plane = q.c * q.in[1] * q.in[2];
+    const int64_t max_out = std::max<int64_t>(1, (int64_t(64) << 20) / std::max<int64_t>(1, plane) / q.stride[0]);
+    if (q.out[0] > max_out) {
+      q.out[0] = max_out;
+      q.in[0] = std::max<int64_t>(1, (max_out - 1) * q.stride[0] + q.k[0] - q.pad_lo[0] - q.pad_hi[0]);
+    }
     const int64_t vin = q.in[0] * q.in[1] * q.in[2], vout = q.out[0] * q.out[1] * q.out[2];
     Tensor px({q.c * vin}, 0.5f), py({q.c * vout}, 0.5f), pdx({q.c * vin}, 0.0f);
     m.pool_gbps[0] =
@@ -295,15 +304,74 @@ Machine calibrate(const MemoryRequest& r) {
                      median_seconds([&] { be->pool3d_backward(q, px.data(), py.data(), pdx.data()); }) / 1e9;
   }
   // The dense head's GEMM and the memory-bound ops.
-  const int64_t g = 512, n = int64_t(16) << 20;
-  Tensor a({g, g}, 0.5f), bm({g, g}, 0.5f), c({g, g}, 0.0f), s({n}, 1.0f), t({n}, 1.0f);
-  m.gemm_gflops =
-      2.0 * double(g * g * g) /
-      median_seconds([&] { be->gemm(false, false, g, g, g, 1.0f, a.data(), g, bm.data(), g, 0.0f, c.data(), g); }) /
-      1e9;
-  m.stream_gbps = 12.0 * double(n) / median_seconds([&] { be->axpy(n, 1.0f, s.data(), t.data()); }) / 1e9;
+  {
+    const int64_t g = 512, n = int64_t(16) << 20;
+    Tensor a({g, g}, 0.5f), bm({g, g}, 0.5f), c({g, g}, 0.0f), s({n}, 1.0f), t({n}, 1.0f);
+    m.gemm_gflops =
+        2.0 * double(g * g * g) /
+        median_seconds([&] { be->gemm(false, false, g, g, g, 1.0f, a.data(), g, bm.data(), g, 0.0f, c.data(), g); }) /
+        1e9;
+    m.stream_gbps = 12.0 * double(n) / median_seconds([&] { be->axpy(n, 1.0f, s.data(), t.data()); }) / 1e9;
+  }
+  BufferPool::instance().trim();  // the kernels' buffers: the real steps below take their own
   m.step_factor = measured_step_factor(r, m, *be);
   return m;
+}
+
+namespace {
+
+// Median seconds of one ping-pong's half (a message one way) of n floats
+// between ranks 0 and 1; the other ranks wait.
+double one_way_seconds(const Comm& world, int64_t n) {
+  std::vector<float> buf(size_t(std::max<int64_t>(n, 1)), 1.0f);
+  std::vector<double> t;
+  for (int rep = 0; rep < 7; ++rep) {
+    world.barrier();
+    const double t0 = Profiler::now();
+    if (world.rank() < 2) {
+      const int peer = 1 - world.rank();
+      for (int leg = 0; leg < 2; ++leg) {
+        Requests reqs;
+        if ((leg == 0) == (world.rank() == 0))
+          world.isend(buf.data(), n, peer, 71, reqs);
+        else
+          world.irecv(buf.data(), n, peer, 71, reqs);
+        reqs.wait_all();
+      }
+    }
+    t.push_back((Profiler::now() - t0) / 2);
+  }
+  std::sort(t.begin(), t.end());
+  return world.allreduce_max(t[t.size() / 2]);
+}
+
+double allreduce_seconds(const Comm& world, int64_t n) {
+  std::vector<float> buf(size_t(n), 1.0f);
+  std::vector<double> t;
+  for (int rep = 0; rep < 7; ++rep) {
+    world.barrier();
+    const double t0 = Profiler::now();
+    world.allreduce_sum(buf.data(), n);
+    t.push_back(Profiler::now() - t0);
+  }
+  std::sort(t.begin(), t.end());
+  return world.allreduce_max(t[t.size() / 2]);
+}
+
+}  // namespace
+
+void calibrate_network(const Comm& world, Machine& m) {
+  if (world.size() < 2) return;
+  const int64_t big = int64_t(2) << 20;  // floats: 8 MiB
+  const double lat = one_way_seconds(world, 2), one_way = one_way_seconds(world, big);
+  m.p2p_latency_s = std::max(lat, 1e-7);
+  m.p2p_gbps = 4.0 * double(big) / std::max(one_way - lat, 1e-9) / 1e9;
+  // The model's ring: 2 (p - 1) latencies, and 2 (p - 1) / p of the bytes.
+  const double p = world.size();
+  const int64_t grads = int64_t(4) << 20;  // floats: 16 MiB
+  const double small = allreduce_seconds(world, 2), large = allreduce_seconds(world, grads);
+  m.allreduce_latency_s = std::max(small / (2 * (p - 1)), 1e-7);
+  m.allreduce_gbps = 2 * (p - 1) / p * 4.0 * double(grads) / std::max(large - small, 1e-9) / 1e9;
 }
 
 }  // namespace h3d

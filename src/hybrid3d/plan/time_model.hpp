@@ -22,6 +22,8 @@
 
 namespace h3d {
 
+class Comm;
+
 struct Machine {
   std::string name = "built-in (this project's 2-core test machine, 1 thread per rank)";
   struct ConvRate {
@@ -69,5 +71,12 @@ StepTime predict_step(const std::vector<RankReplay>& ranks, const Machine& m, in
 // on the real backend with the current OpenMP threads; the rest of the
 // fields keep their defaults.
 Machine calibrate(const MemoryRequest& r);
+
+// Collective over `world` (2 ranks or more; a no-op on 1): the point-to-point
+// terms from a ping-pong between ranks 0 and 1 (a message of 8 bytes and one
+// of 8 MiB: latency, then bandwidth) and the allreduce terms from allreduces
+// over the world of 8 bytes and 16 MiB, fitted to the ring the model uses.
+// Sets them on every rank's `m`.
+void calibrate_network(const Comm& world, Machine& m);
 
 }  // namespace h3d

@@ -28,6 +28,11 @@ PlanRequest plan_request(const TrainOptions& o, int ranks, int ranks_per_node) {
   // CosmoFlow files hold int16 counts, read into a buffer of their own
   // (data/hdf5_source.cpp); segmentation volumes are read as floats in place.
   m.loader_bytes_per_value = o.data != "synthetic" && !segmentation ? 2 : 0;
+  // The synthetic universe generator (data/synthetic_universe.cpp) holds, per
+  // voxel of the cube, its FFT field (8 bytes of double), the int16 slab of
+  // 4 channels (8) and the slab-to-block exchange's send and receive
+  // buffers (8 each).
+  m.generator_bytes_per_voxel = o.data == "synthetic" && !segmentation ? 32 : 0;
   m.backend = o.backend;
   // The data store may fill its budget (synthetic sets: at most every
   // sample's block, as floats).

@@ -20,6 +20,7 @@ void run_plan(const Comm& world, const PlanOptions& o) {
     world.barrier();
     Machine m = calibrate(r.base);
     m.calibrated_ranks_per_node = world.size();
+    calibrate_network(world, m);
     m.name = "calibrated by hybrid3d plan --calibrate (" + std::to_string(m.threads_per_rank) + " threads per rank, " +
              std::to_string(world.size()) + " ranks measuring at once)";
     world.barrier();
@@ -27,9 +28,11 @@ void run_plan(const Comm& world, const PlanOptions& o) {
     m.save(o.calibrate);
     std::printf(
         "wrote %s: %zu convolution classes of %s; default GFLOP/s forward %.1f, backward data %.1f, "
-        "backward weights %.1f; GEMM %.1f GFLOP/s; stream %.1f GB/s; a real step %.2fx its kernels\n",
+        "backward weights %.1f; GEMM %.1f GFLOP/s; stream %.1f GB/s; a real step %.2fx its kernels; point to "
+        "point %.1f us and %.2f GB/s, allreduce %.1f us and %.2f GB/s\n",
         o.calibrate.c_str(), m.conv.size(), o.job.model.model.c_str(), m.conv_gflops[0], m.conv_gflops[1],
-        m.conv_gflops[2], m.gemm_gflops, m.stream_gbps, m.step_factor);
+        m.conv_gflops[2], m.gemm_gflops, m.stream_gbps, m.step_factor, 1e6 * m.p2p_latency_s, m.p2p_gbps,
+        1e6 * m.allreduce_latency_s, m.allreduce_gbps);
     return;
   }
   if (world.rank() != 0) return;
