@@ -47,7 +47,11 @@ void Distribution::require_nonempty(const std::string& layer) const {
     for (size_t i = 1; i < b.size(); ++i) {
       if (b[i] > b[i - 1]) continue;
       std::ostringstream sizes;
-      for (size_t j = 1; j < b.size(); ++j) sizes << (j > 1 ? ", " : "") << b[j] - b[j - 1];
+      // The first blocks show the pattern; a split over thousands of ranks
+      // would otherwise print thousands of numbers.
+      constexpr size_t kShown = 8;
+      for (size_t j = 1; j < b.size() && j <= kShown; ++j) sizes << (j > 1 ? ", " : "") << b[j] - b[j - 1];
+      if (b.size() - 1 > kShown) sizes << ", ... (" << b.size() - 1 << " blocks)";
       H3D_THROW(UsageError, "layer " << layer << ": dimension " << kDimName[d] << " has extent " << extent_[d]
                                      << ", which cannot be split over " << grid_[d] << " ranks (blocks of "
                                      << sizes.str() << " voxels); use at most " << extent_[d]
