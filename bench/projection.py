@@ -6,13 +6,16 @@ For each machine file and each device count from 8 to 2048, asks
 `hybrid3d plan --json` for every layout of the job and keeps the one the
 planner picks (the fastest that fits the device's memory):
 
-- strong scaling: a fixed global batch (--strong-batch, 256 samples: the
-  smallest that reaches 2048 devices when a sample splits at most 8 ways);
+- strong scaling: a fixed global batch, more devices. hybrid3d splits a
+  sample at most 8 ways at 512^3 (every layer on one grid) and has no
+  gradient accumulation, so no single batch spans 8 to 2048 devices: each
+  batch in --strong-batches is a line over the devices where a layout of it
+  exists (at most 8 per sample) and fits;
 - weak scaling: a fixed share, one sample per 8 devices (batch = devices/8).
 
 Prints a markdown table per machine (layout, step time, time per sample,
-parallel efficiency against 8 devices, the step's parts and what limits
-it) and draws the two plots as PNG files.
+parallel efficiency against the line's first point, the step's parts and
+what limits it) and draws the two plots as PNG files.
 
     python3 bench/projection.py [--binary build/bin/hybrid3d] [--out docs/img]
 """
@@ -44,17 +47,15 @@ def plan(binary, machine, memory, per_node, devices, batch):
     return chosen[0], ""
 
 
-def series(binary, machine, memory, per_node, batch_of):
+def series(binary, machine, memory, per_node, batch_of, devices):
     rows = []
-    for n in DEVICES:
+    for n in devices:
         batch = batch_of(n)
         p, why = plan(binary, machine, memory, per_node, n, batch)
         rows.append(dict(devices=n, batch=batch, plan=p, why=why))
-        if p:
-            print(f"  {n:5d} devices, batch {batch:4d}: {p['data_groups']} x {p['spatial']}, "
-                  f"step {p['step_seconds']:.3f} s ({p['limited_by']})", file=sys.stderr, flush=True)
-        else:
-            print(f"  {n:5d} devices, batch {batch:4d}: {why}", file=sys.stderr, flush=True)
+        said = (f"{p['data_groups']} x {p['spatial']}, step {p['step_seconds']:.3f} s ({p['limited_by']})" if p
+                else why)
+        print(f"  {n:5d} devices, batch {batch:4d}: {said}", file=sys.stderr, flush=True)
     return rows
 
 
@@ -68,7 +69,7 @@ def table(rows, strong):
             out.append(f"| {r['devices']} | {r['batch']} | {r['why']} | | | | | | | | |")
             continue
         per_sample = p["step_seconds"] / r["batch"]
-        if strong:  # time per sample x devices, against the first point
+        if strong:  # time per sample x devices, against the line's first point
             eff = (base["plan"]["step_seconds"] / base["batch"] * base["devices"]) / (per_sample * r["devices"])
         else:  # the same work per device: the step should not grow
             eff = base["plan"]["step_seconds"] / p["step_seconds"]
@@ -81,7 +82,7 @@ def table(rows, strong):
     return "\n".join(out)
 
 
-def plot(results, path, strong):
+def plot(lines, path, strong):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -89,9 +90,11 @@ def plot(results, path, strong):
     except ImportError:
         print(f"matplotlib is missing: {path} not drawn (apt-get install python3-matplotlib)", file=sys.stderr)
         return
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for label, rows in results:
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.4))
+    for label, rows in lines:
         ok = [r for r in rows if r["plan"]]
+        if not ok:
+            continue
         xs = [r["devices"] for r in ok]
         if strong:
             a.loglog(xs, [r["per_sample_ms"] for r in ok], "o-", label=label)
@@ -100,18 +103,17 @@ def plot(results, path, strong):
         else:
             a.semilogx(xs, [r["plan"]["step_seconds"] for r in ok], "o-", label=label)
         b.semilogx(xs, [100 * r["efficiency"] for r in ok], "o-", label=label)
-    a.set_xlabel("devices")
     a.set_ylabel("ms per sample (dotted: ideal)" if strong else "step time, s")
-    b.set_xlabel("devices")
-    b.set_ylabel("parallel efficiency, % of 8 devices")
+    b.set_ylabel("parallel efficiency, %" + (" of the line's first point" if strong else " of 8 devices"))
     b.set_ylim(0, 110)
     for ax in (a, b):
+        ax.set_xlabel("devices")
         ax.grid(True, which="both", alpha=0.3)
         ax.set_xticks(DEVICES)
         ax.set_xticklabels([str(d) for d in DEVICES])
-    a.legend(fontsize=8)
-    what = "strong scaling, global batch 256" if strong else "weak scaling, one sample per 8 devices"
-    fig.suptitle(f"cosmoflow-lbann 512^3, projected by hybrid3d plan: {what}")
+    a.legend(fontsize=7)
+    what = "strong scaling (each line one global batch)" if strong else "weak scaling, one sample per 8 devices"
+    fig.suptitle(f"cosmoflow-lbann 512^3 projected by hybrid3d plan: {what}")
     fig.tight_layout()
     tmp = path + ".tmp.png"
     fig.savefig(tmp, dpi=110)
@@ -122,24 +124,27 @@ def plot(results, path, strong):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--binary", default="build/bin/hybrid3d")
-    ap.add_argument("--strong-batch", type=int, default=256)
+    ap.add_argument("--strong-batches", default="8,64,256")
     ap.add_argument("--out", default="docs/img", help="folder for the PNG plots")
     ap.add_argument("--table", default="bench/out/projection.md")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     os.makedirs(os.path.dirname(a.table), exist_ok=True)
-    text, strong_all, weak_all = [], [], []
+    text, strong_lines, weak_lines = [], [], []
     for label, machine, memory, per_node in MACHINES:
-        print(f"{label}: strong scaling", file=sys.stderr)
-        strong = series(a.binary, machine, memory, per_node, lambda n: a.strong_batch)
+        short = label.split(" (")[0]
+        for batch in [int(b) for b in a.strong_batches.split(",")]:
+            print(f"{label}: strong scaling, batch {batch}", file=sys.stderr)
+            devices = [n for n in DEVICES if n <= 8 * batch]  # beyond, no layout: at most 8 ranks per sample
+            rows = series(a.binary, machine, memory, per_node, lambda n, b=batch: b, devices)
+            text += [f"### {label}: strong scaling, global batch {batch}", "", table(rows, True), ""]
+            strong_lines.append((f"{short}, batch {batch}", rows))
         print(f"{label}: weak scaling", file=sys.stderr)
-        weak = series(a.binary, machine, memory, per_node, lambda n: max(1, n // 8))
-        text += [f"### {label}: strong scaling (global batch {a.strong_batch})", "", table(strong, True), "",
-                 f"### {label}: weak scaling (one sample per 8 devices)", "", table(weak, False), ""]
-        strong_all.append((label, strong))
-        weak_all.append((label, weak))
-    plot(strong_all, os.path.join(a.out, "projection_strong.png"), True)
-    plot(weak_all, os.path.join(a.out, "projection_weak.png"), False)
+        weak = series(a.binary, machine, memory, per_node, lambda n: max(1, n // 8), DEVICES)
+        text += [f"### {label}: weak scaling (one sample per 8 devices)", "", table(weak, False), ""]
+        weak_lines.append((short, weak))
+    plot(strong_lines, os.path.join(a.out, "projection_strong.png"), True)
+    plot(weak_lines, os.path.join(a.out, "projection_weak.png"), False)
     out = "\n".join(text)
     print(out)
     with open(a.table, "w") as f:

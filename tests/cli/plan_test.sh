@@ -57,4 +57,21 @@ rc=$?
 set -e
 [ $rc -eq 2 ] && grep -q "not a memory size" <<<"$out" || { echo "FAIL: unitless size: rc $rc $out"; exit 1; }
 pass "a size without a unit is refused"
-finish 5
+
+# 6. --calibrate on 2 ranks at once: a machine file with this job's measured
+# communication terms (not the built-in guesses) that plan then takes.
+$MPI -np 2 "$BIN" plan --model cosmoflow --input-size 32 --optimizer adam --calibrate "$WORK/machine.json" > "$WORK/cal.txt"
+"$PY" - "$WORK/machine.json" <<'PYEOF'
+import json, sys
+m = json.load(open(sys.argv[1]))
+assert m["calibrated_ranks_per_node"] == 2, m
+assert m["conv"] and all(all(g > 0 for g in c["gflops"]) for c in m["conv"]), m["conv"]
+# The built-in communication terms are 3e-6 s / 4 GB/s and 5e-6 s / 3 GB/s:
+# a measured file has its own.
+assert (m["p2p_latency_s"], m["p2p_gbps"]) != (3e-6, 4) and (m["allreduce_latency_s"], m["allreduce_gbps"]) != (5e-6, 3), m
+assert m["step_factor"] >= 1, m
+PYEOF
+"$BIN" plan --model cosmoflow --input-size 32 --batch-size 2 --ranks 2 --machine "$WORK/machine.json" | grep -q "2 ranks measuring at once" ||
+  { echo "FAIL: plan did not take the calibrated file"; exit 1; }
+pass "plan --calibrate on 2 ranks: $(cut -c1-150 "$WORK/cal.txt")"
+finish 6
