@@ -67,7 +67,8 @@ void CommandLine::add_layout_flags(CLI::App* app, LayoutFlags& f, std::string& b
                   "train: auto takes the fastest layout predicted to fit (hybrid3d plan)")
       ->capture_default_str();
   app->add_option("--threads", f.threads,
-                  "threads per rank (default: OMP_NUM_THREADS, else the node's cores / its ranks)");
+                  "threads per rank (default: OMP_NUM_THREADS, else the CPUs of the rank's affinity mask, at most "
+                  "the node's cores / its ranks)");
   app->add_option("--halo-overlap", f.halo_overlap,
                   "on | off: exchange each layer's halo while its block's interior computes (off: blocking); "
                   "on and off give the same bits (docs/parallelism.md)")

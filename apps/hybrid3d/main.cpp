@@ -9,11 +9,7 @@
 //    checkpoint: exit 4 (a second signal ends the process at once);
 //  - a checkpoint that cannot be written (a full disk) stops every rank
 //    alike: exit 5, the earlier checkpoints intact.
-#include <omp.h>
-
-#include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 
 #include "command_line.hpp"
 #include "hybrid3d/core/error.hpp"
@@ -21,6 +17,7 @@
 #include "hybrid3d/data/universe_writer.hpp"
 #include "hybrid3d/models/registry.hpp"
 #include "hybrid3d/parallel/comm.hpp"
+#include "hybrid3d/parallel/threads.hpp"
 #include "hybrid3d/train/plan_command.hpp"
 #include "hybrid3d/train/checkpoint.hpp"
 #include "hybrid3d/train/predictor.hpp"
@@ -61,16 +58,6 @@ int run_tool(const h3d::Comm& world, Tool tool) {
     h3d::mpi_abort(1);
   }
   return 0;
-}
-
-// Threads per rank: --threads, else OMP_NUM_THREADS, else the node's cores
-// shared among its ranks (mpirun would otherwise give every rank all of them).
-void set_threads(const h3d::Comm& world, int threads) {
-  if (threads < 0) H3D_THROW(h3d::UsageError, "--threads must be positive");
-  if (threads > 0)
-    omp_set_num_threads(threads);
-  else if (!std::getenv("OMP_NUM_THREADS"))
-    omp_set_num_threads(std::max(1, h3d::cores_on_this_node() / h3d::ranks_on_this_node(world)));
 }
 
 }  // namespace
@@ -116,7 +103,7 @@ int main(int argc, char** argv) {
         code = run_tool(world, [&] { h3d::run_plan(world, cli.plan); });
       else
         code = run_tool(world, [&] {
-          set_threads(world, cli.threads);
+          h3d::set_rank_threads(world, cli.threads);
           if (h3d::is_segmentation(cli.predict.model))
             h3d::predict_volume(world, cli.predict);
           else
@@ -129,7 +116,7 @@ int main(int argc, char** argv) {
     std::unique_ptr<h3d::Trainer> trainer;
     std::unique_ptr<std::exception> failure;
     try {
-      set_threads(world, cli.threads);
+      h3d::set_rank_threads(world, cli.threads);
       trainer = std::make_unique<h3d::Trainer>(world, cli.train);
     } catch (const h3d::UsageError& e) {
       failure = std::make_unique<h3d::UsageError>(e);
