@@ -159,6 +159,10 @@ CommandLine::CommandLine() {
                     "on | off | auto: reduce gradient buckets during backward on a communication thread (auto: on "
                     "unless this node's ranks x threads exceed its cores; off: after backward, blocking)")
       ->capture_default_str();
+  train_->add_flag("--shard-optimizer", train.shard_optimizer,
+                  "ZeRO stages 1 and 2: gradients reduce-scattered, each rank holding and updating only its "
+                  "1/ranks shard of the optimizer state and of the reduced gradients, then the weights "
+                  "allgathered; the same numbers as without it, checkpoints unchanged");
   train_->add_flag("--deterministic", train.deterministic,
                   "bitwise the same weights, buffers and losses under every layout and rank count (at the same "
                   "--threads): sums over space and samples formed on fixed tiles and added exactly; blocks must "

@@ -135,7 +135,7 @@ Snapshot two_steps(const Comm& comm, std::array<int, 3> layout, const Config& cf
     reducer.finish();
     if (step == 0)
       for (auto* p : net.params()) s.grads.push_back(p->grad);
-    opt->step(backend, net.params(), cfg.lr);
+    opt->step(backend, whole_params(net.params()), cfg.lr);
   }
   for (auto* p : net.params()) s.weights.push_back(p->value), s.names.push_back(p->name);
   return s;

@@ -66,11 +66,13 @@ const Tensor& Network::forward(StepContext& ctx, Tensor x,
 }
 
 void Network::backward(StepContext& ctx, Tensor dy,
-                       const std::function<void(const std::vector<Param*>&)>& grads_ready) {
+                       const std::function<void(const std::vector<Param*>&)>& grads_ready,
+                       const std::function<void(const std::vector<Param*>&)>& grads_needed) {
   H3D_CHECK(!acts_.empty() && !acts_.back().empty(), "Network::backward before a training forward");
   Tensor g = std::move(dy), dx(ctx.backend->allocator());
   for (int64_t j = int64_t(layers_.size()) - 1; j >= 0; --j) {
     Layer& l = *layers_[size_t(j)];
+    if (grads_needed) grads_needed(l.params());
     {
       ProfileScope timed(bwd_names_[size_t(j)].c_str());
       l.backward_consuming(ctx, act(j - 1), act(j), g, dx);

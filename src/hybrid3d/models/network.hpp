@@ -39,8 +39,12 @@ class Network {
   // gradient w.r.t. the input is not computed. `grads_ready`, if set, is
   // called after each layer's backward with that layer's parameters (their
   // gradients are then final: the gradient reduction can start).
+  // `grads_needed`, if set, is called before each layer's backward with its
+  // parameters (whose gradient tensors may have been given back to the
+  // pool, --shard-optimizer).
   void backward(StepContext& ctx, Tensor dy,
-                const std::function<void(const std::vector<Param*>&)>& grads_ready = {});
+                const std::function<void(const std::vector<Param*>&)>& grads_ready = {},
+                const std::function<void(const std::vector<Param*>&)>& grads_needed = {});
 
   // Floats the input tensor should hold so that the first layer can grow
   // it in place into its padded copy (reserve it before loading).

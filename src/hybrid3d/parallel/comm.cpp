@@ -257,6 +257,32 @@ void Comm::alltoallv(const T* send, const std::vector<int>& send_counts, const s
                         recv_displs.data(), mpi_type<T>(), comm_));
 }
 
+namespace {
+std::vector<int> running_sum(const std::vector<int>& counts) {
+  std::vector<int> displs(counts.size(), 0);
+  int64_t at = 0;
+  for (size_t q = 0; q < counts.size(); ++q) displs[q] = mpi_count(at), at += counts[q];
+  mpi_count(at);
+  return displs;
+}
+}  // namespace
+
+void Comm::reduce_scatter_sum(const float* send, float* mine, const std::vector<int>& counts) const {
+  H3D_CHECK(int(counts.size()) == size_, "reduce_scatter_sum: " << counts.size() << " counts for " << size_ << " ranks");
+  if (!reduces()) {
+    if (!simulated_) std::copy(send, send + counts[0], mine);
+    return;
+  }
+  H3D_MPI(MPI_Reduce_scatter(send, mine, counts.data(), MPI_FLOAT, MPI_SUM, comm_));
+}
+
+void Comm::allgatherv_in_place(float* data, const std::vector<int>& counts) const {
+  H3D_CHECK(int(counts.size()) == size_, "allgatherv: " << counts.size() << " counts for " << size_ << " ranks");
+  if (!reduces()) return;
+  const std::vector<int> displs = running_sum(counts);
+  H3D_MPI(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, counts.data(), displs.data(), MPI_FLOAT, comm_));
+}
+
 void Comm::irecv(float* buf, int64_t n, int peer, int tag, Requests& reqs) const {
   if (simulated_) return;
   reqs.reqs_.emplace_back();

@@ -125,6 +125,13 @@ class Comm {
   template <typename T>
   void alltoallv(const T* send, const std::vector<int>& send_counts, const std::vector<int>& send_displs, T* recv,
                  const std::vector<int>& recv_counts, const std::vector<int>& recv_displs) const;
+  // Sharded optimizer state (train/shard_layout.hpp): rank q gets in
+  // mine[0, counts[q]) the sum over ranks of send[displs[q], +counts[q]),
+  // with displs the running sum of counts (MPI_Reduce_scatter).
+  void reduce_scatter_sum(const float* send, float* mine, const std::vector<int>& counts) const;
+  // In place: every rank's data[displs[q], +counts[q]) becomes rank q's
+  // (MPI_Allgatherv with MPI_IN_PLACE; displs the running sum of counts).
+  void allgatherv_in_place(float* data, const std::vector<int>& counts) const;
   // Nonblocking point-to-point of floats (halo exchange); complete with
   // reqs.wait_all() before the buffers are touched.
   void irecv(float* buf, int64_t n, int peer, int tag, Requests& reqs) const;

@@ -115,7 +115,7 @@ void verified(const std::string& path, const nlohmann::json& meta, std::map<std:
 }
 
 // The three files of checkpoint `step` in `tmp`, synced.
-void write_checkpoint_files(const std::string& tmp, int64_t step, Network& net, const Optimizer& opt,
+void write_checkpoint_files(const std::string& tmp, int64_t step, Network& net, const OptimizerState& st,
                             const nlohmann::json& info) {
   nlohmann::json sums = {{"model.safetensors", nlohmann::json::object()},
                          {"optimizer.safetensors", nlohmann::json::object()}};
@@ -128,7 +128,6 @@ void write_checkpoint_files(const std::string& tmp, int64_t step, Network& net, 
     model.push_back({b->name, &b->value, b->is_integer});
     sums["model.safetensors"][b->name] = checksum(b->value.data(), size_t(b->value.numel()));
   }
-  const OptimizerState st = opt.state(net.params());
   std::vector<Tensor> slots;
   slots.reserve(st.tensors.size());
   std::vector<NamedTensor> optim;
@@ -179,7 +178,7 @@ std::string check_checkpoint_space(const std::string& dir, uint64_t bytes, int k
   return os.str();
 }
 
-void write_checkpoint(const std::string& dir, int64_t step, Network& net, const Optimizer& opt,
+void write_checkpoint(const std::string& dir, int64_t step, Network& net, const OptimizerState& opt,
                       const nlohmann::json& info, int keep) {
   const std::string name = ckpt_name(step), final_dir = dir + "/" + name, tmp = final_dir + ".tmp";
   remove_tree(tmp);  // a leftover of a crash
@@ -232,7 +231,7 @@ FoundCheckpoint find_checkpoint(const std::string& spec) {
   return found;
 }
 
-LoadedCheckpoint load_checkpoint(const std::string& path, Network& net, Optimizer& opt) {
+LoadedCheckpoint load_checkpoint(const std::string& path, Network& net) {
   nlohmann::json meta;
   std::map<std::string, LoadedTensor> model, optim;
   try {
@@ -254,21 +253,20 @@ LoadedCheckpoint load_checkpoint(const std::string& path, Network& net, Optimize
                     "--resume: checkpoint '" << path << "' has no buffer '" << b->name << "'");
     std::copy(it->second.data.begin(), it->second.data.end(), b->value.data());
   }
-  OptimizerState st;
-  st.steps = meta.value("optimizer_steps", int64_t(0));
-  for (auto& kv : optim) st.tensors.push_back({kv.first, kv.second.data});
-  opt.load_state(net.params(), st);
   LoadedCheckpoint out;
+  out.optimizer.steps = meta.value("optimizer_steps", int64_t(0));
+  for (auto& kv : optim) out.optimizer.tensors.push_back({kv.first, kv.second.data});
   out.step = meta["step"].get<int64_t>();
   out.run = meta["run"];
   return out;
 }
 
-LoadedCheckpoint load_checkpoint_everywhere(const Comm& world, const std::string& path, Network& net, Optimizer& opt) {
+LoadedCheckpoint load_checkpoint_everywhere(const Comm& world, const std::string& path, Network& net, Optimizer& opt,
+                                            const std::vector<ParamSlice>& slices) {
   LoadedCheckpoint c;
   std::string run_text;
   const std::string failure = run_on_root(world, [&] {
-    c = load_checkpoint(path, net, opt);
+    c = load_checkpoint(path, net);
     run_text = c.run.dump();
   });
   if (!failure.empty()) throw UsageError(failure);
@@ -277,8 +275,7 @@ LoadedCheckpoint load_checkpoint_everywhere(const Comm& world, const std::string
   if (world.rank() != 0) c.run = nlohmann::json::parse(run_text);
   for (auto* p : net.params()) world.bcast(p->value.data(), p->value.numel() * int64_t(sizeof(float)), 0);
   for (auto* b : net.buffers()) world.bcast(b->value.data(), b->value.numel() * int64_t(sizeof(float)), 0);
-  OptimizerState st;
-  if (world.rank() == 0) st = opt.state(net.params());
+  OptimizerState& st = c.optimizer;
   int64_t count = int64_t(st.tensors.size());
   world.bcast(&st.steps, sizeof st.steps, 0);
   world.bcast(&count, sizeof count, 0);
@@ -290,7 +287,7 @@ LoadedCheckpoint load_checkpoint_everywhere(const Comm& world, const std::string
     t.second.resize(size_t(n));
     world.bcast(t.second.data(), n * int64_t(sizeof(float)), 0);
   }
-  if (world.rank() != 0) opt.load_state(net.params(), st);
+  opt.load_state(slices, st);
   return c;
 }
 

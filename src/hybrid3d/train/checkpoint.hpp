@@ -49,10 +49,11 @@ uint64_t checkpoint_bytes(Network& net, int slots);
 // keep + 1 that exist while the newest is written.
 std::string check_checkpoint_space(const std::string& dir, uint64_t bytes, int keep);
 
-// Writes checkpoint `step` (call on one rank: the state is replicated).
+// Writes checkpoint `step` (call on one rank: the weights are replicated;
+// `opt` is the optimizer's whole state, whole_optimizer_state()).
 // `info` goes into meta.json as "run". Throws Error naming what failed; the
 // previous checkpoint is untouched then, and the partial one removed.
-void write_checkpoint(const std::string& dir, int64_t step, Network& net, const Optimizer& opt,
+void write_checkpoint(const std::string& dir, int64_t step, Network& net, const OptimizerState& opt,
                       const nlohmann::json& info, int keep);
 
 struct FoundCheckpoint {
@@ -65,14 +66,18 @@ FoundCheckpoint find_checkpoint(const std::string& spec);
 
 struct LoadedCheckpoint {
   int64_t step = 0;
-  nlohmann::json run;  // the `info` it was written with
+  nlohmann::json run;        // the `info` it was written with
+  OptimizerState optimizer;  // every slot saved, whole
 };
-// Loads weights, buffers and optimizer state of a checkpoint found above.
-LoadedCheckpoint load_checkpoint(const std::string& path, Network& net, Optimizer& opt);
+// Loads weights and buffers of a checkpoint found above into `net`, and
+// returns its optimizer state.
+LoadedCheckpoint load_checkpoint(const std::string& path, Network& net);
 
 // Collective: rank 0 loads `path` as above; every rank gets its weights,
-// buffers, optimizer state (the slots the optimizer saved) and run record
-// over `world`. A checkpoint rank 0 cannot load is a UsageError on every rank.
-LoadedCheckpoint load_checkpoint_everywhere(const Comm& world, const std::string& path, Network& net, Optimizer& opt);
+// buffers and run record over `world`, and `opt` takes the part of the saved
+// state that `slices` (whole_params, or this rank's shard) cover. A
+// checkpoint rank 0 cannot load is a UsageError on every rank.
+LoadedCheckpoint load_checkpoint_everywhere(const Comm& world, const std::string& path, Network& net, Optimizer& opt,
+                                            const std::vector<ParamSlice>& slices);
 
 }  // namespace h3d

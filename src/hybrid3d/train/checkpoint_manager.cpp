@@ -17,8 +17,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 CheckpointManager::CheckpointManager(const Comm& world, const TrainOptions& o, Network& net, Optimizer& opt,
-                                     nlohmann::json run_info)
-    : world_(world), o_(o), net_(net), opt_(opt), run_info_(std::move(run_info)) {
+                                     nlohmann::json run_info, const ShardedState* shards)
+    : world_(world), o_(o), net_(net), opt_(opt), shards_(shards), run_info_(std::move(run_info)) {
   H3D_USAGE_CHECK(o.checkpoint_every >= 0 && o.checkpoint_minutes >= 0 && o.stop_after >= 0 && o.keep >= 1,
                   "--checkpoint-every, --checkpoint-minutes and --stop-after must not be negative, --keep at least 1");
   H3D_USAGE_CHECK(!o.checkpoint_dir.empty() || (o.checkpoint_every == 0 && o.checkpoint_minutes == 0 &&
@@ -56,7 +56,8 @@ int64_t CheckpointManager::resume(int64_t total_steps) {
     if (world_.rank() == 0 && !o_.quiet) std::printf("resume: no checkpoint in '%s' yet; starting afresh\n", spec.c_str());
     return 0;
   }
-  const LoadedCheckpoint c = load_checkpoint_everywhere(world_, path, net_, opt_);
+  const LoadedCheckpoint c = load_checkpoint_everywhere(world_, path, net_, opt_,
+                                                        shards_ ? shards_->slices() : whole_params(net_.params()));
   for (const char* key : {"model", "optimizer", "seed", "batch_size"})
     H3D_USAGE_CHECK(c.run.contains(key) && c.run[key] == run_info_[key],
                     "--resume: checkpoint '" << path << "' was written with " << key << " "
@@ -86,8 +87,9 @@ void CheckpointManager::write(int64_t steps_done) {
   const auto t0 = std::chrono::steady_clock::now();
   // Rank 0 writes; every rank learns the outcome, so a failure (a full disk)
   // stops the whole job alike, with one message, instead of an abort.
+  const OptimizerState state = whole_optimizer_state(world_, opt_, net_.params(), shards_);
   const std::string failure =
-      run_on_root(world_, [&] { write_checkpoint(o_.checkpoint_dir, steps_done, net_, opt_, run_info_, o_.keep); });
+      run_on_root(world_, [&] { write_checkpoint(o_.checkpoint_dir, steps_done, net_, state, run_info_, o_.keep); });
   if (!failure.empty()) {
     H3D_THROW(CheckpointError, "the checkpoint at step " << steps_done << " could not be written (" << failure
                                    << "); training stopped. "

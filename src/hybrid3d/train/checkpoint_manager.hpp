@@ -12,6 +12,7 @@
 #include "hybrid3d/models/network.hpp"
 #include "hybrid3d/parallel/comm.hpp"
 #include "hybrid3d/train/optimizer.hpp"
+#include "hybrid3d/train/sharded_state.hpp"
 #include "hybrid3d/train/train_options.hpp"
 
 namespace h3d {
@@ -22,7 +23,9 @@ class CheckpointManager {
   // --checkpoint-dir and refuses one without room for one checkpoint.
   // `run_info`: what a checkpoint records of this run (a resume must match
   // its model, optimizer, seed and batch size).
-  CheckpointManager(const Comm& world, const TrainOptions& o, Network& net, Optimizer& opt, nlohmann::json run_info);
+  // `shards`: the optimizer's state is sharded there (null: replicated).
+  CheckpointManager(const Comm& world, const TrainOptions& o, Network& net, Optimizer& opt, nlohmann::json run_info,
+                    const ShardedState* shards = nullptr);
 
   bool enabled() const { return !o_.checkpoint_dir.empty(); }
   // --resume: loads the checkpoint into the network and optimizer and
@@ -39,6 +42,7 @@ class CheckpointManager {
   const TrainOptions& o_;
   Network& net_;
   Optimizer& opt_;
+  const ShardedState* shards_;
   nlohmann::json run_info_;
   int64_t last_step_ = 0;  // the newest checkpoint written or resumed from (0: none)
   std::chrono::steady_clock::time_point last_time_ = std::chrono::steady_clock::now();

@@ -28,10 +28,11 @@ bool node_fits_threads(const Comm& world, int threads_per_rank) {
 }  // namespace
 
 void GradientReducer::plan(const ProcessGrid& grid, const std::vector<std::vector<Param*>>& layers,
-                           int64_t bucket_bytes, Overlap overlap, int threads_per_rank) {
+                           int64_t bucket_bytes, Overlap overlap, int threads_per_rank, ShardedState* shards) {
   H3D_CHECK(bucket_bytes > 0, "allreduce bucket size must be positive");
   H3D_CHECK(!worker_.joinable(), "GradientReducer::plan called twice");
   grid_ = &grid;
+  shards_ = shards;
   buckets_.clear();
   bucket_of_.clear();
   int64_t floats = 0;
@@ -54,7 +55,13 @@ void GradientReducer::plan(const ProcessGrid& grid, const std::vector<std::vecto
       floats += p->grad.numel();
     }
   }
-  for (auto& b : buckets_) b.pending = int(b.params.size());
+  for (auto& b : buckets_) {
+    b.pending = int(b.params.size());
+    // Packed for a reduce-scatter in network order, where each rank's shard is one run.
+    if (shards_)
+      std::sort(b.params.begin(), b.params.end(),
+                [&](const Param* x, const Param* y) { return shards_->start_of(x) < shards_->start_of(y); });
+  }
   const Comm& world = grid.world();
   if (world.size() == 1 || overlap == Overlap::kOff) return;
   // Every rank must decide alike: the thread's collectives pair up.
@@ -72,7 +79,49 @@ void GradientReducer::prepare(Bucket& b) {
 }
 
 void GradientReducer::reduce(const Comm& comm, Bucket& b) {
+  if (shards_) return reduce_scatter(comm, b);
   for (auto* p : b.params) comm.allreduce_sum(p->grad.data(), p->grad.numel());
+}
+
+void GradientReducer::reduce_scatter(const Comm& comm, Bucket& b) {
+  // Packed in network order, rank q's shard of the bucket is one run of the
+  // buffer (the shards are runs of the network order), counts[q] long.
+  std::vector<int> counts(size_t(comm.size()), 0);
+  int64_t n = 0;
+  for (auto* p : b.params) {
+    const int64_t s = shards_->start_of(p);
+    const std::vector<int> c = shards_->owned_counts(s, s + p->grad.numel());
+    for (size_t q = 0; q < counts.size(); ++q) counts[q] += c[q];
+    n += p->grad.numel();
+  }
+  Tensor packed(b.params.front()->grad.allocator()), mine(packed.allocator());
+  packed.reshape_uninit({n});
+  mine.reshape_uninit({counts[size_t(comm.rank())]});
+  int64_t at = 0;
+  for (auto* p : b.params) {
+    std::copy(p->grad.data(), p->grad.data() + p->grad.numel(), packed.data() + at);
+    at += p->grad.numel();
+    p->grad.release();  // ZeRO stage 2: the full gradient is not kept
+  }
+  comm.reduce_scatter_sum(packed.data(), mine.data(), counts);
+  packed.release();
+  // Unpack into the shard: the bucket's parameters may not be adjacent in
+  // the network order (a batch norm's own gradients lie between).
+  const int64_t lo = shards_->lo(comm.rank()), hi = shards_->hi(comm.rank());
+  at = 0;
+  for (auto* p : b.params) {
+    const int64_t s = shards_->start_of(p), e = s + p->value.numel();
+    const int64_t a = std::max(s, lo), z = std::min(e, hi);
+    if (a >= z) continue;
+    std::copy(mine.data() + at, mine.data() + at + (z - a), shards_->shard_grad(a));
+    at += z - a;
+  }
+}
+
+void GradientReducer::needed(const std::vector<Param*>& params) {
+  if (!shards_) return;
+  for (auto* p : params)
+    if (p->grad.empty()) p->grad.reshape_uninit(p->value.shape());
 }
 
 void GradientReducer::enqueue(size_t i) {

@@ -25,6 +25,12 @@
 // docs/performance.md). Without MPI_THREAD_MULTIPLE, or with overlap off,
 // every bucket is reduced in finish(), blocking.
 //
+// With a ShardedState (--shard-optimizer) a bucket is reduce-scattered
+// instead: its gradients are packed in network order into one buffer, each
+// rank receives the sum of its shard's part, and the parameters' full
+// gradients go back to the pool (needed() takes them again before their
+// layer's next backward).
+//
 // Profile: allreduce.exposed is the time backward's thread spends in
 // ready() and finish() (handing over, waiting); allreduce.total is
 // the time the communication thread spends in MPI_Allreduce.
@@ -40,6 +46,7 @@
 #include "hybrid3d/parallel/comm.hpp"
 #include "hybrid3d/parallel/process_grid.hpp"
 #include "hybrid3d/layers/layer.hpp"
+#include "hybrid3d/train/sharded_state.hpp"
 #include "hybrid3d/train/train_options.hpp"
 
 namespace h3d {
@@ -53,8 +60,12 @@ class GradientReducer {
 
   // Collective over the world. `layers`: each layer's parameters, in
   // network order. `threads_per_rank`: the compute threads of each rank.
+  // `shards`: reduce-scatter into it (null: allreduce in place).
   void plan(const ProcessGrid& grid, const std::vector<std::vector<Param*>>& layers, int64_t bucket_bytes,
-            Overlap overlap, int threads_per_rank);
+            Overlap overlap, int threads_per_rank, ShardedState* shards = nullptr);
+  // These parameters' gradients are about to be written (their layer's
+  // backward starts): with shards, takes back those given to the pool.
+  void needed(const std::vector<Param*>& params);
   // These parameters' gradients are final for this step.
   void ready(const std::vector<Param*>& params);
   // Every gradient reduced and back in Param::grad; resets for the next step.
@@ -71,10 +82,12 @@ class GradientReducer {
   // the group root).
   void prepare(Bucket& b);
   void reduce(const Comm& comm, Bucket& b);
+  void reduce_scatter(const Comm& comm, Bucket& b);
   void enqueue(size_t i);
   void work();
 
   const ProcessGrid* grid_ = nullptr;
+  ShardedState* shards_ = nullptr;
   Comm comm_;  // the world, duplicated: the thread's collectives are its own
   std::vector<Bucket> buckets_;
   std::unordered_map<const Param*, size_t> bucket_of_;

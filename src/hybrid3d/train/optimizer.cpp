@@ -18,60 +18,66 @@ const std::vector<float>* find_slot(const OptimizerState& s, const std::string& 
   return nullptr;
 }
 
-void restore_slot(const OptimizerState& s, const Param* p, const char* slot, Tensor& dst) {
+// The slice's part of a whole saved slot, if the state has it.
+void restore_slot(const OptimizerState& s, const ParamSlice& sl, const char* slot, Tensor& dst) {
+  const Param* p = sl.param;
   const std::vector<float>* v = find_slot(s, p->name + "." + slot);
   if (!v) return;
   H3D_USAGE_CHECK(int64_t(v->size()) == p->value.numel(), "the checkpoint's optimizer state '" << p->name << "." << slot
                                                                                                 << "' has the wrong size");
   dst.set_allocator(p->value.allocator());
-  dst.reshape_uninit({int64_t(v->size())});
-  std::copy(v->begin(), v->end(), dst.data());
+  dst.reshape_uninit({sl.count});
+  std::copy(v->begin() + sl.offset, v->begin() + sl.offset + sl.count, dst.data());
 }
 
-// A slot of p's size, zeroed, where p's value lives.
-void start_slot(Backend& backend, const Param* p, Tensor& slot) {
-  slot.set_allocator(p->value.allocator());
-  slot.reshape_uninit(p->value.shape());
+// A slot of the slice's size, zeroed, where the parameter's value lives.
+void start_slot(Backend& backend, const ParamSlice& sl, Tensor& slot) {
+  slot.set_allocator(sl.param->value.allocator());
+  slot.reshape_uninit({sl.count});
   backend.fill(slot.data(), slot.numel(), 0.0f);
 }
+
+float* value_of(const ParamSlice& sl) { return sl.param->value.data() + sl.offset; }
 
 class Sgd : public Optimizer {
  public:
   explicit Sgd(OptimizerOptions o) : o_(o) {}
-  void step(Backend& backend, const std::vector<Param*>& params, double lr) override {
+  void step(Backend& backend, const std::vector<ParamSlice>& slices, double lr) override {
     SgdStep s;
     s.lr = float(lr);
     s.weight_decay = float(o_.weight_decay);
     s.momentum = float(o_.momentum);
-    for (auto* p : params) {
+    for (const auto& sl : slices) {
       float* v = nullptr;  // no momentum buffer without momentum (PyTorch keeps none either)
       s.first = false;
       if (o_.momentum != 0.0) {
-        Tensor& slot = velocity_[p];
+        Tensor& slot = velocity_[sl.param];
         s.first = slot.empty();
-        if (s.first) start_slot(backend, p, slot);
+        if (s.first) start_slot(backend, sl, slot);
         v = slot.data();
       }
-      backend.sgd_update(s, p->value.numel(), p->value.data(), p->grad.data(), v);
+      backend.sgd_update(s, sl.count, value_of(sl), sl.grad, v);
     }
     ++steps_;
   }
-  OptimizerState state(const std::vector<Param*>& params) const override {
+  OptimizerState state(const std::vector<ParamSlice>& slices) const override {
     OptimizerState s;
     s.steps = steps_;
-    for (auto* p : params) {
-      auto it = velocity_.find(p);
+    for (const auto& sl : slices) {
+      auto it = velocity_.find(sl.param);
       if (it != velocity_.end() && !it->second.empty())
-        s.tensors.push_back({p->name + ".momentum_buffer", it->second.to_vector()});
+        s.tensors.push_back({sl.param->name + ".momentum_buffer", it->second.to_vector()});
     }
     return s;
   }
-  void load_state(const std::vector<Param*>& params, const OptimizerState& s) override {
+  void load_state(const std::vector<ParamSlice>& slices, const OptimizerState& s) override {
     steps_ = s.steps;
     if (o_.momentum != 0.0)
-      for (auto* p : params) restore_slot(s, p, "momentum_buffer", velocity_[p]);
+      for (const auto& sl : slices) restore_slot(s, sl, "momentum_buffer", velocity_[sl.param]);
   }
-  int slots() const override { return o_.momentum != 0.0 ? 1 : 0; }
+  std::vector<std::string> slot_names() const override {
+    return o_.momentum != 0.0 ? std::vector<std::string>{"momentum_buffer"} : std::vector<std::string>{};
+  }
 
  private:
   OptimizerOptions o_;
@@ -82,7 +88,7 @@ class Sgd : public Optimizer {
 class Adam : public Optimizer {
  public:
   explicit Adam(OptimizerOptions o) : o_(o) {}
-  void step(Backend& backend, const std::vector<Param*>& params, double lr) override {
+  void step(Backend& backend, const std::vector<ParamSlice>& slices, double lr) override {
     ++t_;
     double c1 = 1.0 - std::pow(o_.beta1, double(t_)), c2 = 1.0 - std::pow(o_.beta2, double(t_));
     AdamStep s;
@@ -94,32 +100,32 @@ class Adam : public Optimizer {
     s.lr_over_c1 = float(lr / c1);
     s.c2 = c2;
     s.eps = o_.eps;
-    for (auto* p : params) {
-      auto& st = state_[p];
+    for (const auto& sl : slices) {
+      auto& st = state_[sl.param];
       if (st.m.empty()) {
-        start_slot(backend, p, st.m);
-        start_slot(backend, p, st.v);
+        start_slot(backend, sl, st.m);
+        start_slot(backend, sl, st.v);
       }
-      backend.adam_update(s, p->value.numel(), p->value.data(), p->grad.data(), st.m.data(), st.v.data());
+      backend.adam_update(s, sl.count, value_of(sl), sl.grad, st.m.data(), st.v.data());
     }
   }
-  OptimizerState state(const std::vector<Param*>& params) const override {
+  OptimizerState state(const std::vector<ParamSlice>& slices) const override {
     OptimizerState s;
     s.steps = t_;
-    for (auto* p : params) {
-      auto it = state_.find(p);
+    for (const auto& sl : slices) {
+      auto it = state_.find(sl.param);
       if (it == state_.end() || it->second.m.empty()) continue;
-      s.tensors.push_back({p->name + ".exp_avg", it->second.m.to_vector()});
-      s.tensors.push_back({p->name + ".exp_avg_sq", it->second.v.to_vector()});
+      s.tensors.push_back({sl.param->name + ".exp_avg", it->second.m.to_vector()});
+      s.tensors.push_back({sl.param->name + ".exp_avg_sq", it->second.v.to_vector()});
     }
     return s;
   }
-  int slots() const override { return 2; }
-  void load_state(const std::vector<Param*>& params, const OptimizerState& s) override {
+  std::vector<std::string> slot_names() const override { return {"exp_avg", "exp_avg_sq"}; }
+  void load_state(const std::vector<ParamSlice>& slices, const OptimizerState& s) override {
     t_ = s.steps;
-    for (auto* p : params) {
-      restore_slot(s, p, "exp_avg", state_[p].m);
-      restore_slot(s, p, "exp_avg_sq", state_[p].v);
+    for (const auto& sl : slices) {
+      restore_slot(s, sl, "exp_avg", state_[sl.param].m);
+      restore_slot(s, sl, "exp_avg_sq", state_[sl.param].v);
     }
   }
 
@@ -133,6 +139,13 @@ class Adam : public Optimizer {
 };
 
 }  // namespace
+
+std::vector<ParamSlice> whole_params(const std::vector<Param*>& params) {
+  std::vector<ParamSlice> out;
+  out.reserve(params.size());
+  for (auto* p : params) out.push_back({p, 0, p->value.numel(), p->grad.data()});
+  return out;
+}
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& o) {
   H3D_USAGE_CHECK(o.momentum >= 0 && o.momentum < 1, "--momentum " << o.momentum << " must be in [0, 1)");

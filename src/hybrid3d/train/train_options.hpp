@@ -52,6 +52,9 @@ struct TrainOptions {
   // How each rank gets its block of a file sample (see Hdf5Universes).
   std::string read_mode = "independent";
   Overlap allreduce_overlap = Overlap::kAuto;
+  // ZeRO stages 1 and 2 (train/sharded_state.hpp): each rank keeps only its
+  // shard of the optimizer state and of the reduced gradients.
+  bool shard_optimizer = false;
   // Exchange each layer's halo while its block's interior computes (off:
   // blocking; the same bits either way).
   bool halo_overlap = true;

@@ -84,8 +84,9 @@ Trainer::Trainer(const Comm& world, TrainOptions o) : o_(std::move(o)) {
   if (!too_big.empty()) throw UsageError(too_big);
   BufferPool::instance().trim();  // the check's copy of the weights goes back to the OS
   H3D_USAGE_CHECK(o_.bucket_mib > 0, "--allreduce-bucket-mib must be positive (for example 8)");
+  if (o_.shard_optimizer) shards_ = std::make_unique<ShardedState>(net_.params(), world.rank(), world.size());
   reducer_.plan(*grid_, net_.params_by_layer(), int64_t(o_.bucket_mib * (1 << 20)), o_.allreduce_overlap,
-                omp_get_max_threads());
+                omp_get_max_threads(), shards_.get());
   block_ = net_.input_shape().dist.box(grid_->spatial_rank());
   if (!o_.init.empty()) load_network_weights(net_, o_.init, "--init");
 
@@ -98,7 +99,7 @@ Trainer::Trainer(const Comm& world, TrainOptions o) : o_(std::move(o)) {
   require_writable_parent("--save", o_.save);
   require_writable_parent("--profile", o_.profile);
   require_writable_parent("--metrics", o_.metrics);
-  checkpoints_ = std::make_unique<CheckpointManager>(world, o_, net_, *opt_, run_info());
+  checkpoints_ = std::make_unique<CheckpointManager>(world, o_, net_, *opt_, run_info(), shards_.get());
   start_step_ = checkpoints_->resume(total_steps_);
   metrics_.open(o_.metrics, world.rank() == 0, start_step_ > 0);
 }
@@ -176,10 +177,16 @@ double Trainer::train_step(int64_t step) {
                                           << "; training stopped (lower --lr, check the input data and --transform, "
                                           << "or --skip-nonfinite)");
   }
-  net_.backward(ctx, std::move(dout_), [this](const std::vector<Param*>& ps) { reducer_.ready(ps); });
+  net_.backward(
+      ctx, std::move(dout_), [this](const std::vector<Param*>& ps) { reducer_.ready(ps); },
+      [this](const std::vector<Param*>& ps) { reducer_.needed(ps); });
   reducer_.finish();
+  if (shards_) shards_->take_complete_gradients();
   last_skipped_ = false;
-  const std::string bad = std::isfinite(loss) ? first_nonfinite_gradient(net_, *backend_) : "(the loss)";
+  // The loss is the same on every rank: all look at their gradients, or none.
+  const std::string bad = !std::isfinite(loss) ? "(the loss)"
+                          : shards_            ? shards_->first_nonfinite(*backend_, grid_->world())
+                                               : first_nonfinite_gradient(net_, *backend_);
   if (!bad.empty()) {
     H3D_USAGE_CHECK(o_.skip_nonfinite, "the gradient of '" << bad << "' is not finite at step " << step
                                                             << " (the first such parameter in backward order); "
@@ -189,7 +196,12 @@ double Trainer::train_step(int64_t step) {
     return loss;  // no update: the weights stay those of the last good step
   }
   ProfileScope timed(prof::kOptimizer);
-  opt_->step(*backend_, net_.params(), o_.schedule.at(step));
+  if (!shards_) {
+    opt_->step(*backend_, whole_params(net_.params()), o_.schedule.at(step));
+    return loss;
+  }
+  opt_->step(*backend_, shards_->slices(), o_.schedule.at(step));
+  shards_->allgather_weights(grid_->world(), std::max<int64_t>(1, int64_t(o_.bucket_mib * (1 << 20)) / 4));
   return loss;
 }
 

@@ -4,7 +4,8 @@
 // whatever the layout); each data group takes its contiguous share of it and
 // each rank loads only its block of those samples; forward; the task's loss
 // over the global mini-batch (train/task.hpp); backward; gradients are
-// completed across ranks; every rank applies the same optimizer update.
+// completed across ranks; every rank applies the same optimizer update (or,
+// with --shard-optimizer, its shard of it, and the weights are allgathered).
 // What it composes: the data (train/train_data.hpp), the task, the model
 // (models/), the gradient reducer, the checkpoints
 // (train/checkpoint_manager.hpp) and the non-finite guard.
@@ -23,6 +24,7 @@
 #include "hybrid3d/train/grad_reducer.hpp"
 #include "hybrid3d/train/metrics.hpp"
 #include "hybrid3d/train/optimizer.hpp"
+#include "hybrid3d/train/sharded_state.hpp"
 #include "hybrid3d/train/task.hpp"
 #include "hybrid3d/train/train_data.hpp"
 #include "hybrid3d/train/train_options.hpp"
@@ -81,6 +83,7 @@ class Trainer {
   TrainingData data_;
   std::unique_ptr<TrainSampler> sampler_;
   std::unique_ptr<Optimizer> opt_;
+  std::unique_ptr<ShardedState> shards_;  // --shard-optimizer (null: replicated)
   std::unique_ptr<CheckpointManager> checkpoints_;
   GradientReducer reducer_;
   MetricsLog metrics_;
