@@ -57,10 +57,10 @@ void GradientReducer::plan(const ProcessGrid& grid, const std::vector<std::vecto
   }
   for (auto& b : buckets_) {
     b.pending = int(b.params.size());
-    // Packed for a reduce-scatter in network order, where each rank's shard is one run.
+    // Sharded, a reduced gradient exists only from its layer's backward to
+    // its reduce-scatter (needed() takes it).
     if (shards_)
-      std::sort(b.params.begin(), b.params.end(),
-                [&](const Param* x, const Param* y) { return shards_->start_of(x) < shards_->start_of(y); });
+      for (auto* p : b.params) p->grad.release();
   }
   const Comm& world = grid.world();
   if (world.size() == 1 || overlap == Overlap::kOff) return;
@@ -84,37 +84,16 @@ void GradientReducer::reduce(const Comm& comm, Bucket& b) {
 }
 
 void GradientReducer::reduce_scatter(const Comm& comm, Bucket& b) {
-  // Packed in network order, rank q's shard of the bucket is one run of the
-  // buffer (the shards are runs of the network order), counts[q] long.
-  std::vector<int> counts(size_t(comm.size()), 0);
-  int64_t n = 0;
+  // One parameter at a time, like the allreduce: its flat range is one run,
+  // so each rank's part lands straight in its shard, with no packed copy of
+  // the bucket (that copy would be the peak's largest gradient again).
   for (auto* p : b.params) {
     const int64_t s = shards_->start_of(p);
-    const std::vector<int> c = shards_->owned_counts(s, s + p->grad.numel());
-    for (size_t q = 0; q < counts.size(); ++q) counts[q] += c[q];
-    n += p->grad.numel();
-  }
-  Tensor packed(b.params.front()->grad.allocator()), mine(packed.allocator());
-  packed.reshape_uninit({n});
-  mine.reshape_uninit({counts[size_t(comm.rank())]});
-  int64_t at = 0;
-  for (auto* p : b.params) {
-    std::copy(p->grad.data(), p->grad.data() + p->grad.numel(), packed.data() + at);
-    at += p->grad.numel();
+    const std::vector<int> counts = shards_->owned_counts(s, s + p->grad.numel());
+    const int64_t a = std::max(s, shards_->lo(comm.rank()));
+    comm.reduce_scatter_sum(p->grad.data(), counts[size_t(comm.rank())] > 0 ? shards_->shard_grad(a) : nullptr,
+                            counts);
     p->grad.release();  // ZeRO stage 2: the full gradient is not kept
-  }
-  comm.reduce_scatter_sum(packed.data(), mine.data(), counts);
-  packed.release();
-  // Unpack into the shard: the bucket's parameters may not be adjacent in
-  // the network order (a batch norm's own gradients lie between).
-  const int64_t lo = shards_->lo(comm.rank()), hi = shards_->hi(comm.rank());
-  at = 0;
-  for (auto* p : b.params) {
-    const int64_t s = shards_->start_of(p), e = s + p->value.numel();
-    const int64_t a = std::max(s, lo), z = std::min(e, hi);
-    if (a >= z) continue;
-    std::copy(mine.data() + at, mine.data() + at + (z - a), shards_->shard_grad(a));
-    at += z - a;
   }
 }
 
@@ -162,12 +141,24 @@ void GradientReducer::work() {
 }
 
 void GradientReducer::ready(const std::vector<Param*>& params) {
-  if (!overlapping()) return;
+  // Sharded, a bucket is reduced as soon as it is final even without the
+  // thread: its full gradients then go back to the pool while backward's
+  // activations are still alive (the peak), not after.
+  if (!overlapping() && !shards_) return;
   ProfileScope timed(prof::kAllreduceExposed);
   for (auto* p : params) {
     auto it = bucket_of_.find(p);
     if (it == bucket_of_.end()) continue;
-    if (--buckets_[it->second].pending == 0) enqueue(it->second);
+    if (--buckets_[it->second].pending > 0) continue;
+    if (overlapping()) {
+      enqueue(it->second);
+    } else {
+      Bucket& b = buckets_[it->second];
+      prepare(b);
+      ProfileScope comm(prof::kAllreduceTotal);
+      reduce(grid_->world(), b);
+      b.pending = -1;  // done: finish() skips it
+    }
   }
 }
 
@@ -188,12 +179,19 @@ void GradientReducer::finish() {
     if (failure_) std::rethrow_exception(failure_);
   } else {
     for (auto& b : buckets_) {
+      if (b.pending < 0) continue;  // reduced in ready()
       prepare(b);
       ProfileScope comm(prof::kAllreduceTotal);
       reduce(grid_->world(), b);
     }
   }
-  for (auto& b : buckets_) b.pending = int(b.params.size());
+  for (auto& b : buckets_) {
+    b.pending = int(b.params.size());
+    // Sharded, a reduced gradient exists only from its layer's backward to
+    // its reduce-scatter (needed() takes it).
+    if (shards_)
+      for (auto* p : b.params) p->grad.release();
+  }
   enqueued_ = 0;
   std::lock_guard<std::mutex> lock(mu_);
   reduced_ = 0;

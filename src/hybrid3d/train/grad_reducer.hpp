@@ -25,11 +25,12 @@
 // docs/performance.md). Without MPI_THREAD_MULTIPLE, or with overlap off,
 // every bucket is reduced in finish(), blocking.
 //
-// With a ShardedState (--shard-optimizer) a bucket is reduce-scattered
-// instead: its gradients are packed in network order into one buffer, each
-// rank receives the sum of its shard's part, and the parameters' full
-// gradients go back to the pool (needed() takes them again before their
-// layer's next backward).
+// With a ShardedState (--shard-optimizer) each gradient is reduce-scattered
+// instead: each rank receives the sum of its shard's part of it, and the
+// full gradient goes back to the pool (needed() takes it again before its
+// layer's next backward). Without the thread, a bucket is then reduced in
+// ready(), as soon as it is final, so that the full gradients are not all
+// alive at once.
 //
 // Profile: allreduce.exposed is the time backward's thread spends in
 // ready() and finish() (handing over, waiting); allreduce.total is
@@ -76,7 +77,7 @@ class GradientReducer {
  private:
   struct Bucket {
     std::vector<Param*> params;
-    int pending = 0;  // parameters not final yet
+    int pending = 0;  // parameters not final yet (-1: reduced in ready(), sharded without the thread)
   };
   // Zeroes what this rank must not contribute (replicated gradients off
   // the group root).

@@ -82,7 +82,10 @@ Trainer::Trainer(const Comm& world, TrainOptions o) : o_(std::move(o)) {
   plan.base.extent = train.extent();
   const std::string too_big = run_on_root(world, [&] { check_memory(plan, o_, true); });
   if (!too_big.empty()) throw UsageError(too_big);
-  BufferPool::instance().trim();  // the check's copy of the weights goes back to the OS
+  // The check's copies of the network go back to the OS, and out of the
+  // pool's peak (--profile reports the run's own).
+  BufferPool::instance().trim();
+  BufferPool::instance().reset_peak();
   H3D_USAGE_CHECK(o_.bucket_mib > 0, "--allreduce-bucket-mib must be positive (for example 8)");
   if (o_.shard_optimizer) shards_ = std::make_unique<ShardedState>(net_.params(), world.rank(), world.size());
   reducer_.plan(*grid_, net_.params_by_layer(), int64_t(o_.bucket_mib * (1 << 20)), o_.allreduce_overlap,
