@@ -258,6 +258,8 @@ CommandLine::CommandLine() {
                     "memory each rank may use, with a unit (1500MiB, 2GiB); default: this node's available memory "
                     "(or cgroup limit) over --ranks-per-node");
   plan_->add_option("--optimizer", plan.job.optimizer.kind, "sgd | adam")->capture_default_str();
+  plan_->add_flag("--shard-optimizer", plan.job.shard_optimizer,
+                  "as train: each rank holds 1/ranks of the optimizer state and of the reduced gradients");
   plan_->add_option("--data", plan.job.data,
                     "files | synthetic: files are prefetched (a second input batch) and fill the data store")
       ->capture_default_str();

@@ -48,6 +48,8 @@ MemoryRequest request_of(const TrainOptions& o, int ranks) {
   r.spatial = o.spatial;
   r.ranks = ranks;
   r.optimizer_slots = make_optimizer(o.optimizer)->slots();
+  r.shard_optimizer = o.shard_optimizer;
+  r.bucket_bytes = int64_t(o.bucket_mib * (1 << 20));
   // As Trainer: synthetic universes load in the step, segmentation volumes ahead.
   r.prefetch = o.prefetch && (o.data != "synthetic" || is_segmentation(o.model));
   r.backend = o.backend;
@@ -134,6 +136,20 @@ TEST(MemoryModel, CosmoflowBatchnormMatchesTheRealPool) {
   o.model.dropout = 0.2f;
   o.batch_size = 4;
   expect_model_matches("cosmoflow 32^3 k3 bn dropout sgd", o);
+}
+
+// --shard-optimizer: the shard of the gradients and of the optimizer state,
+// and full gradients held only from their layer's backward to their
+// reduce-scatter (batch norm's own stay whole).
+TEST(MemoryModel, CosmoflowShardedMatchesTheRealPool) {
+  TrainOptions o;
+  o.model.model = "cosmoflow";
+  o.model.input_size = 32;
+  o.model.batchnorm = true;
+  o.batch_size = 2;
+  o.optimizer.kind = "adam";
+  o.shard_optimizer = true;
+  expect_model_matches("cosmoflow 32^3 bn adam sharded", o);
 }
 
 TEST(MemoryModel, Unet3dMatchesTheRealPool) {

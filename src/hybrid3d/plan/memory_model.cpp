@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <utility>
@@ -10,6 +11,7 @@
 
 #include "hybrid3d/backend/registry.hpp"
 #include "hybrid3d/core/error.hpp"
+#include "hybrid3d/plan/gradient_buckets.hpp"
 #include "hybrid3d/models/registry.hpp"
 #include "hybrid3d/parallel/comm.hpp"
 #include "hybrid3d/parallel/process_grid.hpp"
@@ -96,8 +98,19 @@ RankReplay replay_rank(const MemoryRequest& r, int rank) {
 
   RankReplay out_replay;
   MemoryEstimate& e = out_replay.memory;
-  for (const Param* p : net.params()) e.parameters += 2 * p->value.numel() * int64_t(sizeof(float));
-  e.optimizer = int64_t(r.optimizer_slots) * (e.parameters / 2);
+  int64_t weights = 0;  // floats
+  for (const Param* p : net.params()) weights += p->value.numel();
+  // Sharded, this rank's shard of the flat parameter vector (the largest:
+  // bounds fall on 16 floats), and the gradients that stay whole: those the
+  // layer completes itself (no reduce-scatter carries them).
+  const int64_t shard = r.shard_optimizer ? shard_bound(weights, r.ranks, rank + 1) - shard_bound(weights, r.ranks, rank)
+                                          : weights;
+  const auto reduced = [&](const Param* p) { return r.shard_optimizer && p->reduce != GradReduce::kComplete; };
+  int64_t kept_grads = r.shard_optimizer ? shard : 0;
+  for (const Param* p : net.params())
+    if (!reduced(p)) kept_grads += p->grad.numel();
+  e.parameters = (weights + kept_grads) * int64_t(sizeof(float));
+  e.optimizer = int64_t(r.optimizer_slots) * shard * int64_t(sizeof(float));
   for (const StateBuffer* b : net.buffers()) e.parameters += b->value.numel() * int64_t(sizeof(float));
   // Each gradient is allreduced in place on its own (train/grad_reducer.hpp),
   // and OpenMPI's in-place allreduce takes a temporary buffer of the
@@ -123,8 +136,38 @@ RankReplay replay_rank(const MemoryRequest& r, int rank) {
     held.emplace_back(dry.allocator());
     held.back().reshape_uninit({floats});
   };
-  for (const Param* p : net.params()) hold(p->value.numel()), hold(p->grad.numel());
+  // Sharded, the reduced gradients are given back once the shard is taken
+  // (Trainer: ShardedState, then GradientReducer::plan), and are taken
+  // again only from their layer's backward until their bucket is complete
+  // and reduce-scattered (without the communication thread, as here on
+  // one rank; with it, a bucket may wait a little longer for the thread).
+  std::map<const Param*, Tensor> grads;
+  for (const Param* p : net.params()) {
+    hold(p->value.numel());
+    grads.emplace(p, Tensor(dry.allocator())).first->second.reshape_uninit({p->grad.numel()});
+  }
   for (const StateBuffer* b : net.buffers()) hold(b->value.numel());
+  if (r.shard_optimizer) hold(shard);
+  for (auto& [p, g] : grads)
+    if (reduced(p)) g.release();
+  const auto take = [&](const std::vector<Param*>& ps) {
+    for (const Param* p : ps)
+      if (reduced(p)) grads.at(p).reshape_uninit({p->grad.numel()});
+  };
+  const std::vector<std::vector<Param*>> buckets = gradient_buckets(net.params_by_layer(), r.bucket_bytes);
+  std::map<const Param*, size_t> bucket_of;
+  std::vector<size_t> pending(buckets.size());
+  for (size_t i = 0; i < buckets.size(); ++i)
+    for (const Param* p : buckets[i]) bucket_of[p] = i;
+  const auto give = [&](const std::vector<Param*>& ps) {
+    for (const Param* p : ps) {
+      if (!reduced(p)) continue;
+      const size_t i = bucket_of.at(p);
+      if (pending[i] == 0) pending[i] = buckets[i].size();  // a new step
+      if (--pending[i] == 0)
+        for (const Param* q : buckets[i]) grads.at(q).release();
+    }
+  };
   Tensor next(dry.allocator()), out(dry.allocator());  // the prefetched batch; the trainer's copy of the output
   for (int64_t step = 0; step < kReplayedSteps; ++step) {
     dry.reset_work();  // the work of the last step is what every step does
@@ -150,12 +193,28 @@ RankReplay replay_rank(const MemoryRequest& r, int rank) {
     out = net.forward(ctx, std::move(x));
     Tensor dy(dry.allocator());
     dy.reshape_uninit(out.shape());
-    net.backward(ctx, std::move(dy));
+    net.backward(ctx, std::move(dy), give, take);
     out_replay.halo_messages += grid.group().simulated_messages();
     out_replay.halo_bytes += grid.group().simulated_bytes();
-    if (step == 0)
-      for (const Param* p : net.params())
-        for (int k = 0; k < r.optimizer_slots; ++k) hold(p->value.numel());
+    // The optimizer's slots, one per parameter (sharded: per slice of a
+    // parameter in this rank's shard), from the first update on.
+    if (step == 0) {
+      const int64_t lo = shard_bound(weights, r.ranks, rank), hi = lo + shard;
+      int64_t start = 0;
+      for (const Param* p : net.params()) {
+        const int64_t end = start + p->value.numel();
+        const int64_t n = r.shard_optimizer ? std::min(end, hi) - std::max(start, lo) : p->value.numel();
+        start = end;
+        if (n > 0)
+          for (int k = 0; k < r.optimizer_slots; ++k) hold(n);
+      }
+    }
+    // Sharded, the new weights are allgathered through a buffer of a
+    // bucket's size (ShardedState::allgather_weights).
+    if (r.shard_optimizer) {
+      Tensor chunk(dry.allocator());
+      chunk.reshape_uninit({std::min(weights, std::max<int64_t>(1, r.bucket_bytes / int64_t(sizeof(float))))});
+    }
   }
   e.input = r.prefetch ? wish * int64_t(sizeof(float)) : 0;
   e.loader = r.loader_bytes_per_value * Tensor::count(x_shape) / std::max<int64_t>(1, n);  // one sample at a time
@@ -167,8 +226,8 @@ RankReplay replay_rank(const MemoryRequest& r, int rank) {
   out_replay.work = dry.work();
   // The optimizer update (not replayed): reads weights, gradients and
   // state, writes weights and state.
-  out_replay.work.stream_bytes += double(3 + 2 * r.optimizer_slots) * double(e.parameters / 2);
-  out_replay.gradient_bytes = e.parameters / 2;
+  out_replay.work.stream_bytes += double(3 + 2 * r.optimizer_slots) * double(shard * int64_t(sizeof(float)));
+  out_replay.gradient_bytes = weights * int64_t(sizeof(float));
   return out_replay;
 }
 

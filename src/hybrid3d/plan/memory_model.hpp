@@ -28,6 +28,11 @@ struct MemoryRequest {
   int ranks = 1;                 // the job's ranks; data groups = ranks / (D*H*W)
   int ranks_per_node = 1;        // ranks sharing a node (MPI's shared-memory buffers)
   int optimizer_slots = 1;       // state tensors per parameter (Optimizer::slots)
+  // --shard-optimizer: each rank holds 1/ranks of the optimizer state and of
+  // the reduced gradients, and a full gradient only from its layer's
+  // backward to its reduce-scatter (train/sharded_state.hpp).
+  bool shard_optimizer = false;
+  int64_t bucket_bytes = int64_t(8) << 20;  // --allreduce-bucket-mib
   bool prefetch = true;          // the next batch loads while the step runs
   int64_t data_store_bytes = 0;  // what the rank's sample caches may hold
   // Bytes per value the loader reads a sample's block into before it

@@ -5,6 +5,7 @@
 
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/core/profiler.hpp"
+#include "hybrid3d/plan/gradient_buckets.hpp"
 
 namespace h3d {
 
@@ -29,31 +30,15 @@ bool node_fits_threads(const Comm& world, int threads_per_rank) {
 
 void GradientReducer::plan(const ProcessGrid& grid, const std::vector<std::vector<Param*>>& layers,
                            int64_t bucket_bytes, Overlap overlap, int threads_per_rank, ShardedState* shards) {
-  H3D_CHECK(bucket_bytes > 0, "allreduce bucket size must be positive");
   H3D_CHECK(!worker_.joinable(), "GradientReducer::plan called twice");
   grid_ = &grid;
   shards_ = shards;
   buckets_.clear();
   bucket_of_.clear();
-  int64_t floats = 0;
-  // Backward finishes the last layer's gradients first.
-  for (size_t l = layers.size(); l-- > 0;) {
-    bool first_layer_starts = l == 0;
-    for (auto it = layers[l].rbegin(); it != layers[l].rend(); ++it) {
-      Param* p = *it;
-      if (p->reduce == GradReduce::kComplete) continue;
-      H3D_CHECK(p->grad.numel() < std::numeric_limits<int>::max(),
-                "parameter " << p->name << " is too large for one MPI allreduce");
-      const bool full = floats > 0 && (floats + p->grad.numel()) * int64_t(sizeof(float)) > bucket_bytes;
-      if (buckets_.empty() || full || (first_layer_starts && floats > 0)) {
-        buckets_.emplace_back();
-        floats = 0;
-      }
-      first_layer_starts = false;
-      buckets_.back().params.push_back(p);
-      bucket_of_[p] = buckets_.size() - 1;
-      floats += p->grad.numel();
-    }
+  for (auto& params : gradient_buckets(layers, bucket_bytes)) {
+    buckets_.emplace_back();
+    buckets_.back().params = std::move(params);
+    for (auto* p : buckets_.back().params) bucket_of_[p] = buckets_.size() - 1;
   }
   for (auto& b : buckets_) {
     b.pending = int(b.params.size());

@@ -6,7 +6,7 @@
 //   kComplete        -> left alone (the layer already reduced it)
 //
 // Gradients go into buckets of about `bucket_bytes`, in the order backward
-// finishes them (last layer first, as PyTorch's DDP does). Backward calls
+// finishes them (plan/gradient_buckets.hpp). Backward calls
 // ready() after each layer; a bucket whose gradients are all final is
 // handed to a communication thread, which allreduces its gradients in
 // place (no packing: nobody touches a final gradient before the optimizer)
@@ -14,8 +14,7 @@
 // the thread. A thread rather than MPI_Iallreduce + MPI_Test:
 // OpenMPI advances a non-blocking collective only inside MPI calls (a 36 MiB
 // one needs hundreds of thousands of tests on shared memory), and one test
-// per layer cannot drive it. The first layer's gradients get a bucket of
-// their own: everything else is on its way while its (long) backward runs.
+// per layer cannot drive it.
 //
 // The thread's copies and sums are CPU work on shared memory, and it polls
 // while it waits for a slower rank (MPI is told to yield while polling, see

@@ -23,6 +23,8 @@ PlanRequest plan_request(const TrainOptions& o, int ranks, int ranks_per_node) {
   m.ranks = ranks;
   m.ranks_per_node = ranks_per_node;
   m.optimizer_slots = make_optimizer(o.optimizer)->slots();
+  m.shard_optimizer = o.shard_optimizer;
+  m.bucket_bytes = std::max<int64_t>(1, int64_t(o.bucket_mib * double(1 << 20)));
   const bool segmentation = is_segmentation(o.model);
   m.prefetch = o.prefetch && (o.data != "synthetic" || segmentation);  // as Trainer
   // CosmoFlow files hold int16 counts, read into a buffer of their own

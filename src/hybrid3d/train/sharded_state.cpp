@@ -4,24 +4,16 @@
 #include <map>
 
 #include "hybrid3d/core/error.hpp"
+#include "hybrid3d/plan/gradient_buckets.hpp"
 
 namespace h3d {
-
-namespace {
-
-// Shard bounds fall on multiples of this many floats (64 bytes: no two
-// ranks' updates share a cache line of the flat order).
-constexpr int64_t kAlign = 16;
-
-}  // namespace
 
 ShardedState::ShardedState(const std::vector<Param*>& params, int rank, int ranks) : params_(params), rank_(rank) {
   H3D_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "shard " << rank << " of " << ranks);
   starts_.push_back(0);
   for (const Param* p : params_) starts_.push_back(starts_.back() + p->value.numel());
   const int64_t n = starts_.back();
-  for (int q = 0; q < ranks; ++q) bounds_.push_back(q * n / ranks / kAlign * kAlign);
-  bounds_.push_back(n);
+  for (int q = 0; q <= ranks; ++q) bounds_.push_back(shard_bound(n, ranks, q));
   if (!params_.empty()) grads_.set_allocator(params_.front()->value.allocator());
   grads_.reshape_uninit({hi(rank_) - lo(rank_)});
   for (size_t i = 0; i < params_.size(); ++i) {

@@ -3,7 +3,7 @@
 //
 // The parameters, in network order, are laid end to end as one flat vector
 // of N floats, cut into one contiguous shard per rank of the world (bounds
-// at multiples of 16 floats). Each rank
+// at multiples of 16 floats, shard_bound). Each rank
 //  - receives only its shard of the summed gradients: the gradient reducer
 //    reduce-scatters each bucket instead of allreducing it, and gives each
 //    parameter's full gradient back to the pool once its bucket is sent
