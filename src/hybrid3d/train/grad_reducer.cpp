@@ -1,7 +1,6 @@
 #include "hybrid3d/train/grad_reducer.hpp"
 
 #include <algorithm>
-#include <limits>
 
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/core/profiler.hpp"
@@ -170,13 +169,7 @@ void GradientReducer::finish() {
       reduce(grid_->world(), b);
     }
   }
-  for (auto& b : buckets_) {
-    b.pending = int(b.params.size());
-    // Sharded, a reduced gradient exists only from its layer's backward to
-    // its reduce-scatter (needed() takes it).
-    if (shards_)
-      for (auto* p : b.params) p->grad.release();
-  }
+  for (auto& b : buckets_) b.pending = int(b.params.size());
   enqueued_ = 0;
   std::lock_guard<std::mutex> lock(mu_);
   reduced_ = 0;

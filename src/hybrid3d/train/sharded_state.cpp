@@ -39,7 +39,7 @@ void ShardedState::take_complete_gradients() {
   for (const auto& sl : slices_)
     if (sl.param->reduce == GradReduce::kComplete) {
       const float* g = sl.param->grad.data() + sl.offset;
-      std::copy(g, g + sl.count, const_cast<float*>(sl.grad));
+      std::copy(g, g + sl.count, shard_grad(start_of(sl.param) + sl.offset));
     }
 }
 
