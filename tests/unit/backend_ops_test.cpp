@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <set>
 #include <string>
 #include <tuple>
@@ -187,6 +188,31 @@ TEST_P(BackendOps, EveryOpAgainstRef) {
         EXPECT_LT(rel(dx2, dx1), test::kTol);
       });
     }
+  // Max pooling whose 2x2x2 windows tile the input (cosmoflow's), which the
+  // cpu backend runs without branches: ties (integer values, signed zeros)
+  // and NaNs in a window's first and later cells must pick the reference's
+  // cell, bit for bit.
+  {
+    PoolDesc d;
+    d.n = 2;
+    d.c = 3;
+    d.in = {4, 6, 10};
+    d.k = d.stride = {2, 2, 2};
+    d.out = {2, 3, 5};
+    auto x = rnd(d.n * d.c * count3(d.in), 12);
+    for (auto& v : x) v = std::round(v * 2.0f);
+    x[0] = -0.0f, x[1] = 0.0f;                          // signed zeros in the first window
+    x[2] = std::numeric_limits<float>::quiet_NaN();     // a NaN first cell
+    x[41] = std::numeric_limits<float>::quiet_NaN();    // a NaN later in a window
+    x[123] = 100.0f, x[133] = 100.0f;                   // a tie for the maximum
+    const auto dy = rnd(d.n * d.c * count3(d.out), 13);
+    std::vector<float> dx1(x.size()), dx2(x.size(), 7.0f);
+    check("pool3d_backward", [&] {
+      ref.pool3d_backward(d, x.data(), dy.data(), dx1.data());
+      be.pool3d_backward(d, x.data(), dy.data(), dx2.data());
+      EXPECT_TRUE(same_bits(dx2, dx1)) << "2x2x2 tiled max pooling";
+    });
+  }
   check("gemm", [&] {
     for (bool ta : {false, true})
       for (bool tb : {false, true})
