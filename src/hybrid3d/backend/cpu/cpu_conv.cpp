@@ -14,11 +14,13 @@
 // kReductionPoints output points each, and the slabs' partial gradients are
 // summed in double, which is also how a big volume gets small staging
 // buffers. Forward splits large outputs (and regions) the same way, into
-// slabs of at most kMaxStagingBytes of output.
+// slabs of at most kMaxStagingBytes of output. Backward-weights of a first
+// layer (4 input channels or fewer) goes another way: cpu_conv_few_channels.
 #include <algorithm>
 #include <dnnl.hpp>
 #include <vector>
 
+#include "hybrid3d/backend/cpu/cpu_conv_few_channels.hpp"
 #include "hybrid3d/backend/cpu/cpu_dnnl.hpp"
 
 namespace h3d {
@@ -279,6 +281,7 @@ void backward_weights_once(Prims& p, const dnnl::engine& eng, dnnl::stream& s, c
 }  // namespace
 
 void CpuBackend::conv3d_backward_weights(const ConvDesc& d, const float* x, const float* dy, float* dw, float* db) {
+  if (few_channel_weights_apply(d)) return few_channel_backward_weights(d, x, dy, dw, db);
   std::vector<float> scratch_bias(size_t(d.cout), 0.0f);
   float* bias_out = db ? db : scratch_bias.data();
   const std::vector<DSlab> slabs = d_slabs(d);
@@ -316,6 +319,7 @@ void CpuBackend::conv3d_backward_weights(const ConvDesc& d, const float* x, cons
 // primitive descriptors of the real shapes, which oneDNN makes without
 // generating a kernel: microseconds and no memory even at 512^3.
 std::vector<int64_t> CpuBackend::conv3d_staging(const ConvDesc& whole, ConvPass pass) {
+  if (pass == ConvPass::kBackwardWeights && few_channel_weights_apply(whole)) return few_channel_weights_staging(whole);
   ConvDesc d = whole;
   std::array<int64_t, 3> src_parent{}, dst_parent{};
   std::string like;
