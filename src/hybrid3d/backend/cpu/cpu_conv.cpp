@@ -14,13 +14,19 @@
 // kReductionPoints output points each, and the slabs' partial gradients are
 // summed in double, which is also how a big volume gets small staging
 // buffers. Forward splits large outputs (and regions) the same way, into
-// slabs of at most kMaxStagingBytes of output. Backward-weights of a first
-// layer (4 input channels or fewer) goes another way: cpu_conv_few_channels.
+// slabs of at most kMaxStagingBytes of output.
+//
+// The first layer (4 input channels, or 1) is the exception to "the
+// layouts oneDNN picks": for its backward-weights oneDNN 2.6 picks an AVX2
+// kernel on 8-channel blocks (28-54 GFLOP/s on this machine's AVX-512
+// cores, against 120-270 for the other layers), while on channels-last
+// (NDHWC) source and output gradient it has an AVX-512 kernel that runs at
+// about 200 (bench/conv_kernels). So that pass takes NDHWC for those two
+// arguments; the staging reorders them like any other.
 #include <algorithm>
 #include <dnnl.hpp>
 #include <vector>
 
-#include "hybrid3d/backend/cpu/cpu_conv_few_channels.hpp"
 #include "hybrid3d/backend/cpu/cpu_dnnl.hpp"
 
 namespace h3d {
@@ -47,6 +53,8 @@ int64_t scratchpad_floats(const memory::desc& scratch) {
 }
 
 constexpr int64_t kReductionPoints = 4096;
+// Input channels up to which backward-weights runs on channels-last layouts.
+constexpr int64_t kFewChannels = 4;
 constexpr int64_t kMaxStagingBytes = int64_t(32) << 20;
 
 // Ranges of output planes along D, each as a convolution of its own.
@@ -140,8 +148,11 @@ ConvPds conv_pds(const dnnl::engine& eng, const ConvDesc& d, const std::array<in
   dnnl::convolution_backward_data::desc bd(dnnl::algorithm::convolution_direct, any(p.src), any(p.wei), any(p.dst), st,
                                            pl, pr);
   p.bwd_data = dnnl::convolution_backward_data::primitive_desc(bd, attr, eng, p.fwd);
-  dnnl::convolution_backward_weights::desc wd(dnnl::algorithm::convolution_direct, any(p.src), any(p.wei),
-                                              d.bias ? bia : no_bias, any(p.dst), st, pl, pr);
+  auto channels_last = [](const memory::desc& m) { return memory::desc(m.dims(), dt::f32, tag::ndhwc); };
+  const bool first_layer = d.cin <= kFewChannels;
+  dnnl::convolution_backward_weights::desc wd(
+      dnnl::algorithm::convolution_direct, first_layer ? channels_last(p.src) : any(p.src), any(p.wei),
+      d.bias ? bia : no_bias, first_layer ? channels_last(p.dst) : any(p.dst), st, pl, pr);
   p.bwd_weights = dnnl::convolution_backward_weights::primitive_desc(wd, attr, eng, p.fwd);
   return p;
 }
@@ -281,7 +292,6 @@ void backward_weights_once(Prims& p, const dnnl::engine& eng, dnnl::stream& s, c
 }  // namespace
 
 void CpuBackend::conv3d_backward_weights(const ConvDesc& d, const float* x, const float* dy, float* dw, float* db) {
-  if (few_channel_weights_apply(d)) return few_channel_backward_weights(d, x, dy, dw, db);
   std::vector<float> scratch_bias(size_t(d.cout), 0.0f);
   float* bias_out = db ? db : scratch_bias.data();
   const std::vector<DSlab> slabs = d_slabs(d);
@@ -319,7 +329,6 @@ void CpuBackend::conv3d_backward_weights(const ConvDesc& d, const float* x, cons
 // primitive descriptors of the real shapes, which oneDNN makes without
 // generating a kernel: microseconds and no memory even at 512^3.
 std::vector<int64_t> CpuBackend::conv3d_staging(const ConvDesc& whole, ConvPass pass) {
-  if (pass == ConvPass::kBackwardWeights && few_channel_weights_apply(whole)) return few_channel_weights_staging(whole);
   ConvDesc d = whole;
   std::array<int64_t, 3> src_parent{}, dst_parent{};
   std::string like;
