@@ -261,6 +261,55 @@ TEST(ConvBackends, FewChannelWeightGradientIgnoresThreadCount) {
   EXPECT_EQ(cases, 6 * int(backends_under_test().size()));
 }
 
+// A leaky ReLU fused into the convolution's forward (ConvDesc's
+// fused_leaky_relu; Network::setup fuses a Conv3d and the LeakyReLU after
+// it) gives bitwise what the convolution and then activation_forward give,
+// on every backend, for the whole output and for a region, with zeros
+// among the outputs (output channel 0 has zero weights and bias).
+TEST(ConvBackends, FusedLeakyReluEqualsConvThenActivation) {
+  auto all = backends_under_test();
+  all.push_back(make_backend("ref"));
+  int cases = 0;
+  for (auto& owned : all)
+    for (int64_t c : {4, 16})
+      for (int k : {2, 3}) {
+        ConvDesc d;
+        d.n = 2;
+        d.cin = c;
+        d.cout = 16;
+        d.k = {k, k, k};
+        d.in = {9, 8, 10};
+        for (int i = 0; i < 3; ++i) d.out[size_t(i)] = d.in[size_t(i)] - k + 1;
+        d.bias = true;
+        Tensor x = rnd({d.n, d.cin, d.in[0], d.in[1], d.in[2]}, 31), wt = rnd({d.cout, d.cin, k, k, k}, 32),
+               b = rnd({d.cout}, 33);
+        for (int64_t i = 0; i < d.cin * k * k * k; ++i) wt[i] = 0.0f;  // output channel 0: all zeros
+        b[0] = 0.0f;
+        Tensor plain({d.n, d.cout, d.out[0], d.out[1], d.out[2]}), fused(plain.shape()), region(plain.shape(), 7.0f);
+        owned->conv3d_forward(d, x.data(), wt.data(), b.data(), plain.data());
+        owned->activation_forward(ActKind::kLeakyRelu, 0.3f, plain.data(), plain.data(), plain.numel());
+        ConvDesc f = d;
+        f.fused_leaky_relu = true;
+        f.leaky_slope = 0.3f;
+        owned->conv3d_forward(f, x.data(), wt.data(), b.data(), fused.data());
+        EXPECT_EQ(std::memcmp(fused.data(), plain.data(), size_t(plain.numel()) * sizeof(float)), 0)
+            << owned->name() << " c" << c << " k" << k;
+        const Box box{{Range{1, d.out[0]}, Range{0, 3}, Range{2, d.out[2]}}};
+        owned->conv3d_forward_region(f, x.data(), wt.data(), b.data(), region.data(), box);
+        const int64_t plane = d.out[1] * d.out[2], vol = d.out[0] * plane;
+        for (int64_t q = 0; q < d.n * d.cout; ++q)
+          for (int64_t z = box.r[0].lo; z < box.r[0].hi; ++z)
+            for (int64_t yy = box.r[1].lo; yy < box.r[1].hi; ++yy)
+              for (int64_t v = box.r[2].lo; v < box.r[2].hi; ++v) {
+                const int64_t at = q * vol + z * plane + yy * d.out[2] + v;
+                ASSERT_EQ(std::memcmp(&region[at], &plain[at], sizeof(float)), 0)
+                    << owned->name() << " c" << c << " k" << k << " region output " << at;
+              }
+        ++cases;
+      }
+  EXPECT_EQ(cases, 4 * int(all.size()));
+}
+
 // A convolution computed box by box (an interior and the faces around it,
 // as the halo overlap does, or any single box) gives each output bitwise as
 // the whole convolution does, on every backend: so --overlap on and off give

@@ -6,6 +6,8 @@
 // exact up to rounding).
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <functional>
 #include <memory>
 
@@ -211,6 +213,61 @@ void expect_plan_equals_plain(Layer& plain, Network& net, const std::string& wha
   ASSERT_EQ(pp.size(), np.size()) << what;
   for (size_t i = 0; i < pp.size(); ++i)
     EXPECT_LT(test::rel_diff(np[i]->grad, pp[i]->grad), 1e-6) << what << ": " << np[i]->name;
+}
+
+// Network::setup fuses a LeakyReLU into the convolution before it (the
+// convolution applies it, the activation only records the signs): the
+// output and every gradient are bitwise those of the same network where a
+// scaling by 1 between the two keeps them apart. A ReLU (slope 0) and a
+// LeakyReLU after a pooling stay unfused.
+TEST(NetworkFusion, LeakyReluIntoConvolutionChangesNoBits) {
+  auto build = [](bool apart, Conv3d*& conv, Activation*& act, Activation*& relu) {
+    auto net = std::make_unique<Network>();
+    net->add(std::make_unique<Conv3d>("conv0", Conv3dOptions{2, 2, 1, 1, Padding::kValid, true}, 4));
+    auto r = std::make_unique<Activation>("relu", ActKind::kRelu);
+    relu = r.get();
+    net->add(std::move(r));
+    auto c = std::make_unique<Conv3d>("conv", Conv3dOptions{2, 3, 3, 1, Padding::kHalf, true}, 5);
+    conv = c.get();
+    net->add(std::move(c));
+    if (apart) net->add(std::make_unique<Activation>("apart", ActKind::kScale, 1.0f));
+    auto a = std::make_unique<Activation>("act", ActKind::kLeakyRelu, 0.3f);
+    act = a.get();
+    net->add(std::move(a));
+    net->add(std::make_unique<Pool3d>("pool", PoolKind::kMax, 2, 2, 0));
+    net->add(std::make_unique<Activation>("after_pool", ActKind::kLeakyRelu, 0.3f));
+    net->add(std::make_unique<Conv3d>("conv2", Conv3dOptions{3, 2, 1, 1, Padding::kValid, true}, 6));
+    return net;
+  };
+  Harness h;
+  const std::array<int64_t, 3> e{4, 6, 4};
+  Conv3d *conv = nullptr, *conv_apart = nullptr;
+  Activation *act = nullptr, *act_apart = nullptr, *relu = nullptr, *relu_apart = nullptr;
+  auto fused = build(false, conv, act, relu), apart = build(true, conv_apart, act_apart, relu_apart);
+  fused->setup(spatial(2, e), h.grid);
+  apart->setup(spatial(2, e), h.grid);
+  EXPECT_EQ(conv->fused_leaky_slope(), 0.3f);
+  EXPECT_TRUE(act->absorbed());
+  EXPECT_EQ(conv_apart->fused_leaky_slope(), 0.0f);
+  EXPECT_FALSE(act_apart->absorbed());
+  EXPECT_FALSE(relu->absorbed());
+  Tensor x = input(2, 2, e);
+  auto ctx = h.ctx();
+  const Tensor y = fused->forward(ctx, x), y_apart = apart->forward(ctx, x);
+  ASSERT_EQ(y.shape(), y_apart.shape());
+  EXPECT_EQ(std::memcmp(y.data(), y_apart.data(), size_t(y.numel()) * sizeof(float)), 0);
+  int64_t nonzero = 0;
+  for (int64_t i = 0; i < y.numel(); ++i) nonzero += y[i] != 0.0f;
+  EXPECT_GT(nonzero, y.numel() / 4) << "the output says nothing";
+  Tensor dy(y.shape());
+  for (int64_t i = 0; i < dy.numel(); ++i) dy[i] = float(2 * uniform01(8, 1, uint64_t(i)) - 1);
+  fused->backward(ctx, dy);
+  apart->backward(ctx, dy);
+  auto fp = fused->params(), ap = apart->params();
+  ASSERT_EQ(fp.size(), ap.size());
+  for (size_t i = 0; i < fp.size(); ++i)
+    EXPECT_EQ(std::memcmp(fp[i]->grad.data(), ap[i]->grad.data(), size_t(fp[i]->grad.numel()) * sizeof(float)), 0)
+        << fp[i]->name;
 }
 
 // The same block through Network's memory plan (in-place and consuming

@@ -3,7 +3,10 @@
 namespace h3d {
 
 void Activation::apply(StepContext& ctx, const float* x, Tensor& y) {
-  ctx.backend->activation_forward(kind_, p_, x, y.data(), y.numel());
+  if (!absorbed_)
+    ctx.backend->activation_forward(kind_, p_, x, y.data(), y.numel());
+  else if (x != y.data())
+    ctx.backend->allocator().copy(y.data(), x, size_t(y.numel()));
   if (ctx.training && sign_mask_kind()) {
     // One bit per output, in 64-bit words: two floats of storage per word.
     mask_.set_allocator(ctx.backend->allocator());

@@ -7,6 +7,9 @@
 // place when the network allows. The ReLUs keep even less: in training they
 // record the sign of each output as one bit, so their output may be consumed
 // by the next layer (a pooling layer growing it into its halo-padded copy).
+// A leaky ReLU right after a layer that can apply it itself (a convolution:
+// Network::setup offers it) is absorbed: its forward then only records the
+// signs, and its backward is unchanged.
 #pragma once
 #include <vector>
 
@@ -26,6 +29,13 @@ class Activation : public Layer {
   bool in_place() const override { return true; }
   bool backward_reads_output() const override { return !sign_mask_kind(); }
   void release_saved() override { mask_.release(); }
+  // A leaky ReLU with a positive slope, which the layer before it may apply
+  // (plain ReLU is not: a fused kernel writes -0 where the reference writes 0).
+  bool absorbable() const { return kind_ == ActKind::kLeakyRelu && p_ > 0.0f; }
+  float slope() const { return p_; }
+  // The layer before applies this activation to its output.
+  void set_absorbed(bool absorbed) { absorbed_ = absorbed; }
+  bool absorbed() const { return absorbed_; }
 
  private:
   bool sign_mask_kind() const { return kind_ == ActKind::kRelu || kind_ == ActKind::kLeakyRelu; }
@@ -34,6 +44,7 @@ class Activation : public Layer {
   void apply_grad(StepContext& ctx, const Tensor& y, const float* dy, Tensor& dx);
   ActKind kind_;
   float p_;
+  bool absorbed_ = false;
   // Bit i: output i > 0 (ReLUs, training). A tensor of the backend's
   // allocator, so that the mask lives where the activations do.
   Tensor mask_;

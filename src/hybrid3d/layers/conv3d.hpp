@@ -34,6 +34,13 @@ class Conv3d : public Layer {
   std::vector<Param*> params() override;
   const Conv3dOptions& options() const { return o_; }
   int64_t downsampling() const override { return o_.stride; }
+  // The oneDNN post-op (or the reference's own loop) applies it.
+  bool absorb_leaky_relu(float slope) override {
+    fused_leaky_slope_ = slope;
+    return true;
+  }
+  // The slope of the leaky ReLU this layer applies to its output; 0: none.
+  float fused_leaky_slope() const { return fused_leaky_slope_; }
 
  private:
   ConvDesc desc(int64_t n) const;
@@ -49,6 +56,7 @@ class Conv3d : public Layer {
   ExactSum weight_sum_;
   std::array<int64_t, 3> out_ext_{}, in_ext_{};
   int64_t n_ = 0;  // samples of the last forward
+  float fused_leaky_slope_ = 0.0f;
 };
 
 }  // namespace h3d

@@ -125,6 +125,10 @@ class Layer {
   // Network::alignment() multiplies them along the chain.
   virtual int64_t downsampling() const { return 1; }
   virtual int64_t upsampling() const { return 1; }
+  // Fusion (Network::setup): the leaky ReLU right after this layer offers
+  // itself; a layer that applies it to its own output (for free, in the
+  // kernel that writes it) takes it and returns true.
+  virtual bool absorb_leaky_relu(float /*slope*/) { return false; }
 
  protected:
   std::string name_;

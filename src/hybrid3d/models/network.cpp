@@ -5,6 +5,7 @@
 
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/core/profiler.hpp"
+#include "hybrid3d/layers/activation.hpp"
 #include "hybrid3d/layers/deterministic.hpp"
 
 namespace h3d {
@@ -18,6 +19,11 @@ void Network::setup(const ActShape& input, const ProcessGrid& grid) {
     s = l->setup(s, grid);
     shapes_.push_back(s);
   }
+  // Fusion: a leaky ReLU goes into the layer before it where that layer
+  // can apply it (a convolution), saving a pass over its output.
+  for (size_t i = 1; i < layers_.size(); ++i)
+    if (auto* act = dynamic_cast<Activation*>(layers_[i].get()); act && act->absorbable())
+      act->set_absorbed(layers_[i - 1]->absorb_leaky_relu(act->slope()));
   acts_.assign(layers_.size(), Tensor());
   if (!layers_.empty()) layers_.front()->set_input_grad_needed(false);
   fwd_names_.clear();

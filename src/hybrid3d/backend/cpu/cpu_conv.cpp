@@ -135,7 +135,17 @@ ConvPds conv_pds(const dnnl::engine& eng, const ConvDesc& d, const std::array<in
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, any(p.src),
                                      any(p.wei), d.bias ? bia : no_bias, any(p.dst), st, pl, pr);
-  p.fwd = dnnl::convolution_forward::primitive_desc(fd, attr, eng);
+  dnnl::primitive_attr fwd_attr;  // a handle: a copy of attr would share its post-ops
+  fwd_attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (d.fused_leaky_relu) {
+    // oneDNN's relu with a slope: x > 0 ? x : slope * x, the reference's
+    // leaky ReLU bit for bit (a slope of 0 would give -0 where the
+    // reference gives 0, which is why plain ReLU is not fused).
+    dnnl::post_ops ops;
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, d.leaky_slope, 0.0f);
+    fwd_attr.set_post_ops(ops);
+  }
+  p.fwd = dnnl::convolution_forward::primitive_desc(fd, fwd_attr, eng);
   // A region takes the whole convolution's implementation where oneDNN
   // has it for the region's shape: a 1x1x1 region, say, would otherwise
   // run as an inner product, which sums in another order.

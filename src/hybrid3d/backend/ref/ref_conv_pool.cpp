@@ -54,7 +54,8 @@ void RefBackend::conv3d_forward(const ConvDesc& d, const float* x, const float* 
             if (i >= 0) acc += double(xc[i]) * wc[t];
           });
         }
-        y[(n * d.cout + co) * g.out_vol() + o] = static_cast<float>(acc);
+        const float v = static_cast<float>(acc);
+        y[(n * d.cout + co) * g.out_vol() + o] = d.fused_leaky_relu && !(v > 0) ? d.leaky_slope * v : v;
       });
 }
 
