@@ -197,6 +197,17 @@ def main():
                     f"{reached} of {len(goal_layers)} layers; worst {worst[0]:.0f} GFLOP/s ({worst[1]} {worst[2]})",
                     f"sgemm {sgemm:.0f} GFLOP/s", f"{100 * worst[0] / sgemm:.0f}% (worst)",
                     reached == len(goal_layers)))
+    # Goal of issue 17 item 3: each network's first layer (4 input channels)
+    # computes its weight gradient at least at half the median rate of that
+    # network's other layers.
+    for model in sorted({r["model"] for r in rows if r["kind"] == "conv"}):
+        layers = [r for r in rows if r["kind"] == "conv" and r["model"] == model]
+        first, others = layers[0], [r["backward_weights_gflops"] for r in layers[1:]]
+        typical = statistics.median(others)
+        summary.append((f"2. {model} first layer, conv1 ({first['cin']} -> {first['cout']}) backward-weights: >= half the median "
+                        "rate of the network's other layers",
+                        f"{first['backward_weights_gflops']:.0f} GFLOP/s", f"median of the others {typical:.0f} GFLOP/s",
+                        f"{first['backward_weights_gflops'] / typical:.2f}", first["backward_weights_gflops"] >= 0.5 * typical))
     for r in rows:
         if r["kind"] != "conv":
             continue
