@@ -262,7 +262,7 @@ TEST(ConvBackends, FewChannelWeightGradientIgnoresThreadCount) {
 }
 
 // A leaky ReLU fused into the convolution's forward (ConvDesc's
-// fused_leaky_relu; Network::setup fuses a Conv3d and the LeakyReLU after
+// fused_leaky_slope; Network::setup fuses a Conv3d and the LeakyReLU after
 // it) gives bitwise what the convolution and then activation_forward give,
 // on every backend, for the whole output and for a region, with zeros
 // among the outputs (output channel 0 has zero weights and bias).
@@ -289,8 +289,7 @@ TEST(ConvBackends, FusedLeakyReluEqualsConvThenActivation) {
         owned->conv3d_forward(d, x.data(), wt.data(), b.data(), plain.data());
         owned->activation_forward(ActKind::kLeakyRelu, 0.3f, plain.data(), plain.data(), plain.numel());
         ConvDesc f = d;
-        f.fused_leaky_relu = true;
-        f.leaky_slope = 0.3f;
+        f.fused_leaky_slope = 0.3f;
         owned->conv3d_forward(f, x.data(), wt.data(), b.data(), fused.data());
         EXPECT_EQ(std::memcmp(fused.data(), plain.data(), size_t(plain.numel()) * sizeof(float)), 0)
             << owned->name() << " c" << c << " k" << k;

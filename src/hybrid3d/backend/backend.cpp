@@ -11,7 +11,7 @@ namespace h3d {
 std::string ConvDesc::key() const {
   std::ostringstream os;
   os << n << ',' << cin << ',' << cout << ',' << bias;
-  if (fused_leaky_relu) os << ",leaky " << leaky_slope;
+  if (fused_leaky_slope > 0.0f) os << ",leaky " << fused_leaky_slope;
   for (int i = 0; i < 3; ++i)
     os << ';' << in[i] << ',' << out[i] << ',' << k[i] << ',' << stride[i] << ',' << pad_lo[i] << ',' << pad_hi[i];
   return os.str();

@@ -28,13 +28,12 @@ struct ConvDesc {
   std::array<int64_t, 3> in{}, out{};  // local extents
   std::array<int, 3> k{1, 1, 1}, stride{1, 1, 1}, pad_lo{}, pad_hi{};
   bool bias = false;
-  // A leaky ReLU (slope > 0) applied by the forward to its own output,
-  // y = y > 0 ? y : slope * y, bitwise as activation_forward computes it:
-  // the network fuses it into the convolution (Network::setup) to save a
-  // pass over the output. The backward passes ignore it (the activation
-  // layer still owns its gradient).
-  bool fused_leaky_relu = false;
-  float leaky_slope = 0.0f;
+  // > 0: a leaky ReLU of this slope applied by the forward to its own
+  // output, y = y > 0 ? y : slope * y, bitwise as activation_forward
+  // computes it: the network fuses it into the convolution
+  // (Network::setup) to save a pass over the output. 0: none. The backward
+  // passes ignore it (the activation layer still owns its gradient).
+  float fused_leaky_slope = 0.0f;
   std::string key() const;
 };
 

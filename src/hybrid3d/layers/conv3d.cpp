@@ -47,8 +47,7 @@ ConvDesc Conv3d::desc(int64_t n) const {
   d.k = {o_.kernel, o_.kernel, o_.kernel};
   d.stride = {o_.stride, o_.stride, o_.stride};
   d.bias = o_.bias;
-  d.fused_leaky_relu = fused_leaky_slope_ > 0.0f;
-  d.leaky_slope = fused_leaky_slope_;
+  d.fused_leaky_slope = fused_leaky_slope_;
   return d;
 }
 

@@ -34,7 +34,8 @@ class Conv3d : public Layer {
   std::vector<Param*> params() override;
   const Conv3dOptions& options() const { return o_; }
   int64_t downsampling() const override { return o_.stride; }
-  // The oneDNN post-op (or the reference's own loop) applies it.
+  // The backend applies it in the kernel that writes the output
+  // (ConvDesc::fused_leaky_slope).
   bool absorb_leaky_relu(float slope) override {
     fused_leaky_slope_ = slope;
     return true;

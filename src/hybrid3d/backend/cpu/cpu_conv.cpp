@@ -21,7 +21,8 @@
 // kernel on 8-channel blocks (28-54 GFLOP/s on this machine's AVX-512
 // cores, against 120-270 for the other layers), while on channels-last
 // (NDHWC) source and output gradient it has an AVX-512 kernel that runs at
-// about 200 (bench/conv_kernels). So that pass takes NDHWC for those two
+// about 200 on a whole volume (60-100 in bench/conv_kernels, where the
+// slabs' staging reorders count). So that pass takes NDHWC for those two
 // arguments; the staging reorders them like any other.
 #include <algorithm>
 #include <dnnl.hpp>
@@ -137,12 +138,12 @@ ConvPds conv_pds(const dnnl::engine& eng, const ConvDesc& d, const std::array<in
                                      any(p.wei), d.bias ? bia : no_bias, any(p.dst), st, pl, pr);
   dnnl::primitive_attr fwd_attr;  // a handle: a copy of attr would share its post-ops
   fwd_attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  if (d.fused_leaky_relu) {
+  if (d.fused_leaky_slope > 0.0f) {
     // oneDNN's relu with a slope: x > 0 ? x : slope * x, the reference's
     // leaky ReLU bit for bit (a slope of 0 would give -0 where the
     // reference gives 0, which is why plain ReLU is not fused).
     dnnl::post_ops ops;
-    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, d.leaky_slope, 0.0f);
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, d.fused_leaky_slope, 0.0f);
     fwd_attr.set_post_ops(ops);
   }
   p.fwd = dnnl::convolution_forward::primitive_desc(fd, fwd_attr, eng);
@@ -159,10 +160,10 @@ ConvPds conv_pds(const dnnl::engine& eng, const ConvDesc& d, const std::array<in
                                            pl, pr);
   p.bwd_data = dnnl::convolution_backward_data::primitive_desc(bd, attr, eng, p.fwd);
   auto channels_last = [](const memory::desc& m) { return memory::desc(m.dims(), dt::f32, tag::ndhwc); };
-  const bool first_layer = d.cin <= kFewChannels;
+  const bool few_channels = d.cin <= kFewChannels;
   dnnl::convolution_backward_weights::desc wd(
-      dnnl::algorithm::convolution_direct, first_layer ? channels_last(p.src) : any(p.src), any(p.wei),
-      d.bias ? bia : no_bias, first_layer ? channels_last(p.dst) : any(p.dst), st, pl, pr);
+      dnnl::algorithm::convolution_direct, few_channels ? channels_last(p.src) : any(p.src), any(p.wei),
+      d.bias ? bia : no_bias, few_channels ? channels_last(p.dst) : any(p.dst), st, pl, pr);
   p.bwd_weights = dnnl::convolution_backward_weights::primitive_desc(wd, attr, eng, p.fwd);
   return p;
 }

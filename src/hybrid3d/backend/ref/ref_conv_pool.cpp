@@ -55,7 +55,7 @@ void RefBackend::conv3d_forward(const ConvDesc& d, const float* x, const float* 
           });
         }
         const float v = static_cast<float>(acc);
-        y[(n * d.cout + co) * g.out_vol() + o] = d.fused_leaky_relu && !(v > 0) ? d.leaky_slope * v : v;
+        y[(n * d.cout + co) * g.out_vol() + o] = d.fused_leaky_slope > 0.0f && !(v > 0) ? d.fused_leaky_slope * v : v;
       });
 }
 
