@@ -31,27 +31,31 @@ class BufferPool : public Allocator {
   // their footprint without having the memory (plan/memory_model.hpp).
   enum class Backing { kMemory, kAddressSpace };
   explicit BufferPool(Backing backing);
+  ~BufferPool() override;
+  BufferPool(const BufferPool&) = delete;
+  BufferPool& operator=(const BufferPool&) = delete;
   static BufferPool& instance();
   const char* name() const override { return backing_ == Backing::kMemory ? "host" : "address space"; }
   bool host_accessible() const override { return true; }
   void fill(float* p, size_t n, float v) override;
   void copy(float* dst, const float* src, size_t n) override;
   // A buffer of at least n floats, contents unspecified. Reuses the smallest
-  // free buffer that fits and wastes at most a quarter of it. On a miss it
-  // returns free buffers to the OS, smallest first, until live + pooled + n
-  // stays within the highest live size seen (or live + n, if that is more):
-  // the footprint never exceeds the peak of the live set.
+  // free buffer that fits and wastes at most a quarter of it; a large one
+  // (2 MiB and more) that would waste more is cut, and the rest stays free.
+  // Given back, a large buffer merges with the free regions beside it. On a
+  // miss it returns free buffers to the OS, smallest first, until live +
+  // pooled + n stays within the highest live size seen (or live + n, if that
+  // is more): the footprint never exceeds the peak of the live set.
   FloatBuffer take(size_t n) override;
   void give(FloatBuffer&& b) override;
   // Returns every free buffer to the OS.
   void trim();
 
+  // Bytes as held: a buffer under 2 MiB its floats, a large one its whole
+  // region (its pages, the first holding its colour).
   struct Stats {
     int64_t live_bytes = 0, pooled_bytes = 0, peak_bytes = 0;  // peak of live + pooled
     int64_t peak_live_bytes = 0;
-    // live + pooled as mapped: a huge-page buffer takes whole 2 MiB pages,
-    // and the last one is resident once any byte of it is written.
-    int64_t mapped_bytes = 0, peak_mapped_bytes = 0;
   };
   Stats stats() const;
   // Both peaks start over from what is held now (after trim(): as in a
@@ -61,7 +65,28 @@ class BufferPool : public Allocator {
  private:
   const Backing backing_;
   mutable std::mutex mu_;
-  std::multimap<size_t, AlignedFloats> free_;  // by capacity
+  // Free buffers under 2 MiB (operator new's), by capacity.
+  std::multimap<size_t, AlignedFloats> free_;
+  // Free regions of whole pages (the large buffers' mappings, or parts of
+  // them), by address (to merge neighbours) and by size (to find the best
+  // fit). A region is part of one mapping (`mapping` numbers them), and no
+  // two free parts of the same mapping lie side by side.
+  struct Region {
+    size_t bytes;
+    uint64_t mapping;
+  };
+  std::map<uintptr_t, Region> regions_;
+  std::multimap<size_t, uintptr_t> regions_by_size_;
+  std::map<uintptr_t, uint64_t> live_mappings_;  // a live large buffer's region: its mapping
+  uint64_t next_mapping_ = 0;
+  void add_free_region(uintptr_t start, size_t bytes, uint64_t mapping);
+  void erase_free_region(std::map<uintptr_t, Region>::iterator it);
+  // Returns free buffers to the OS, smallest first, while live + pooled +
+  // want exceeds cap.
+  void release_free_until(int64_t cap, int64_t want);
+  // A new free region of `need` bytes, made of the other free regions'
+  // pages as far as they go.
+  std::map<uintptr_t, Region>::iterator gather_region(size_t need);
   Stats stats_;
 };
 

@@ -67,7 +67,7 @@ std::string MemoryEstimate::dominant() const {
   const std::pair<const char*, int64_t> parts[] = {
       {"activations", activations},   {"input", input},           {"parameters", parameters},
       {"optimizer state", optimizer}, {"data store", data_store}, {"loader", loader},
-      {"huge-page rounding", pages},  {"MPI buffers", mpi},       {"process", process}};
+      {"MPI buffers", mpi},           {"process", process}};
   const auto* top = &parts[0];
   for (const auto& p : parts)
     if (p.second > top->second) top = &p;
@@ -222,7 +222,6 @@ RankReplay replay_rank(const MemoryRequest& r, int rank) {
   e.loader = std::max(e.loader, r.generator_bytes_per_voxel * r.extent[0] * r.extent[1] * r.extent[2] / spatial_ranks);
   const BufferPool::Stats pool = dry.pool().stats();
   e.activations = pool.peak_bytes - e.input - e.parameters - e.optimizer;
-  e.pages = pool.peak_mapped_bytes - pool.peak_bytes;
   out_replay.work = dry.work();
   // The optimizer update (not replayed): reads weights, gradients and
   // state, writes weights and state.

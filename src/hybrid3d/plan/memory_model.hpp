@@ -57,13 +57,12 @@ struct MemoryEstimate {
   int64_t optimizer = 0;    // optimizer state
   int64_t data_store = 0;   // samples kept in memory
   int64_t loader = 0;       // the loader's read buffer (outside the pool)
-  int64_t pages = 0;        // the pool's buffers rounded up to whole huge pages
   int64_t mpi = 0;          // MPI's temporary buffer of the largest allreduce
   int64_t process = 0;      // the process itself: code, MPI, oneDNN
   // What --profile reports as peak tensors (the BufferPool's peak).
   int64_t tensors() const { return activations + input + parameters + optimizer; }
   // The peak resident set.
-  int64_t total() const { return tensors() + pages + data_store + loader + mpi + process; }
+  int64_t total() const { return tensors() + data_store + loader + mpi + process; }
   // The largest part, as "activations (72%)".
   std::string dominant() const;
 };

@@ -110,7 +110,6 @@ std::string plan_json(const std::vector<LayoutPlan>& plans) {
                    {"optimizer", m.optimizer},
                    {"data_store", m.data_store},
                    {"loader", m.loader},
-                   {"pages", m.pages},
                    {"mpi", m.mpi},
                    {"process", m.process}}},
                  {"seconds", {{"compute", p.time.compute}, {"halo", p.time.halo}, {"allreduce", p.time.allreduce}}},

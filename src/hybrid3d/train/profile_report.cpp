@@ -55,7 +55,6 @@ void report_profile(const ProcessGrid& grid, const std::vector<std::string>& lay
   Spread rss = spread(world, double(ru.ru_maxrss) / 1024.0);  // KiB -> MiB
   const BufferPool::Stats pool = BufferPool::instance().stats();
   Spread tensors = spread(world, double(pool.peak_bytes) / (1024.0 * 1024.0));
-  Spread mapped = spread(world, double(pool.peak_mapped_bytes) / (1024.0 * 1024.0));
   if (world.rank() != 0) return;
 
   nlohmann::json j;
@@ -67,7 +66,6 @@ void report_profile(const ProcessGrid& grid, const std::vector<std::string>& lay
   j["memory"]["peak_rss_per_rank"] = to_json(rss);
   j["memory"]["peak_rss_sum_over_ranks"] = rss.sum;
   j["memory"]["peak_tensor_bytes_per_rank"] = to_json(tensors);  // MiB, like the rest (the name is kept)
-  j["memory"]["peak_tensor_mapped_per_rank"] = to_json(mapped);
   if (!json_path.empty()) {
     std::string tmp = json_path + ".tmp";
     {
@@ -95,8 +93,7 @@ void report_profile(const ProcessGrid& grid, const std::vector<std::string>& lay
   }
   std::printf("  peak RSS MiB     %8.0f / %8.0f / %8.0f   (sum over ranks %.0f)\n", rss.min, rss.median, rss.max,
               rss.sum);
-  std::printf("  peak tensors MiB %8.0f / %8.0f / %8.0f   (in whole huge pages %.0f / %.0f / %.0f)\n", tensors.min,
-              tensors.median, tensors.max, mapped.min, mapped.median, mapped.max);
+  std::printf("  peak tensors MiB %8.0f / %8.0f / %8.0f\n", tensors.min, tensors.median, tensors.max);
   std::fflush(stdout);
 }
 
