@@ -7,8 +7,6 @@
 #include <atomic>
 #include <new>
 
-#include "hybrid3d/core/move_pages.hpp"
-
 namespace h3d {
 
 namespace {
@@ -157,22 +155,9 @@ void BufferPool::release_free_until(int64_t cap, int64_t want) {
   }
 }
 
-std::map<uintptr_t, BufferPool::Region>::iterator BufferPool::gather_region(size_t need) {
-  // The free regions' pages, largest first, are moved into a fresh mapping
-  // of `need` bytes: its other pages, and those of any other buffer the
-  // footprint cap makes room for, are the only fresh memory.
-  const uintptr_t start = backing_ == Backing::kMemory ? map_memory(need) : reserve_address_space(need);
-  size_t filled = 0;
-  while (filled < need && !regions_by_size_.empty()) {
-    const auto [bytes, from] = *regions_by_size_.rbegin();
-    const size_t part = std::min(bytes, need - filled);
-    const uint64_t mapping = regions_.at(from).mapping;
-    erase_free_region(regions_.find(from));
-    if (part < bytes) add_free_region(from + part, bytes - part, mapping);
-    move_pages(from, start + filled, part, backing_ == Backing::kAddressSpace);
-    filled += part;
-  }
+std::map<uintptr_t, BufferPool::Region>::iterator BufferPool::map_region(size_t need) {
   release_free_until(std::max(stats_.peak_live_bytes, stats_.live_bytes + int64_t(need)), int64_t(need));
+  const uintptr_t start = backing_ == Backing::kMemory ? map_memory(need) : reserve_address_space(need);
   regions_by_size_.emplace(need, start);
   stats_.pooled_bytes += int64_t(need);  // the caller takes it from the pool
   return regions_.emplace(start, Region{need, next_mapping_++}).first;
@@ -184,12 +169,12 @@ FloatBuffer BufferPool::take(size_t n) {
   if (is_large(n)) {
     // Best fit among the free regions: whole if it wastes at most a
     // quarter, else cut from its front (the rest stays free); if none is
-    // large enough, one made of the free regions' pages. Fresh memory costs
-    // a page fault and a zeroed page per 4 KiB (or 2 MiB): before, cosmoflow
-    // 128^3 mapped some 600 MB afresh every step, about a tenth of it.
+    // large enough, fresh memory. That costs a page fault and a zeroed page
+    // per 4 KiB (or 2 MiB): cosmoflow 128^3 mapped some 600 MB afresh every
+    // step without the cutting, about a tenth of the step.
     const size_t need = region_bytes(n);
     auto fit = regions_by_size_.lower_bound(need);
-    auto it = fit == regions_by_size_.end() ? gather_region(need) : regions_.find(fit->second);
+    auto it = fit == regions_by_size_.end() ? map_region(need) : regions_.find(fit->second);
     const uintptr_t start = it->first;
     const auto [bytes, mapping] = it->second;
     erase_free_region(it);

@@ -84,9 +84,9 @@ class BufferPool : public Allocator {
   // Returns free buffers to the OS, smallest first, while live + pooled +
   // want exceeds cap.
   void release_free_until(int64_t cap, int64_t want);
-  // A new free region of `need` bytes, made of the other free regions'
-  // pages as far as they go.
-  std::map<uintptr_t, Region>::iterator gather_region(size_t need);
+  // A new free region of `need` bytes, fresh memory, after returning free
+  // buffers to the OS as the footprint cap asks.
+  std::map<uintptr_t, Region>::iterator map_region(size_t need);
   Stats stats_;
 };
 
