@@ -213,6 +213,32 @@ TEST_P(BackendOps, EveryOpAgainstRef) {
       EXPECT_TRUE(same_bits(dx2, dx1)) << "2x2x2 tiled max pooling";
     });
   }
+  // Max pooling whose windows tile the input may write dx over x (Pool3d
+  // does, backend.hpp allows it): 2x2x2 (the cpu backend's branch-free
+  // kernel) and 3x3x3 windows, with ties, signed zeros and NaNs, bitwise as
+  // into a separate buffer, on the reference and on each backend.
+  for (int k : {2, 3}) {
+    PoolDesc d;
+    d.n = 2;
+    d.c = 3;
+    d.k = d.stride = {k, k, k};
+    d.out = {2, 3, 4};
+    for (size_t i = 0; i < 3; ++i) d.in[i] = d.out[i] * k;
+    auto x = rnd(d.n * d.c * count3(d.in), 14);
+    for (auto& v : x) v = std::round(v * 2.0f);
+    x[0] = -0.0f, x[1] = 0.0f;
+    x[2] = std::numeric_limits<float>::quiet_NaN();
+    x[50] = std::numeric_limits<float>::quiet_NaN();
+    const auto dy = rnd(d.n * d.c * count3(d.out), 15);
+    std::vector<float> apart(x.size()), ref_over = x, be_over = x;
+    check("pool3d_backward", [&] {
+      ref.pool3d_backward(d, x.data(), dy.data(), apart.data());
+      ref.pool3d_backward(d, ref_over.data(), dy.data(), ref_over.data());
+      be.pool3d_backward(d, be_over.data(), dy.data(), be_over.data());
+      EXPECT_TRUE(same_bits(ref_over, apart)) << k << "^3 windows: the reference, dx over x";
+      EXPECT_TRUE(same_bits(be_over, apart)) << k << "^3 windows: dx over x";
+    });
+  }
   check("gemm", [&] {
     for (bool ta : {false, true})
       for (bool tb : {false, true})

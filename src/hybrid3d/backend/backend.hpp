@@ -90,6 +90,9 @@ class Backend : public BoxKernels {
 
   virtual void pool3d_forward(const PoolDesc& d, const float* x, float* y) = 0;
   // dx (overwritten) from x, dy (max pooling finds the first maximum again).
+  // For max pooling whose windows tile the input (kernel = stride, no
+  // padding, output * stride = input along each axis), dx may be x: each
+  // window must be read before any of it is written.
   virtual void pool3d_backward(const PoolDesc& d, const float* x, const float* dy, float* dx) = 0;
 
   // Row-major C[M, N] = alpha * op(A) op(B) + beta * C.

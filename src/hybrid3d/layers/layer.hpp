@@ -107,6 +107,12 @@ class Layer {
     backward(ctx, x, y, dy, dx);
     dy.release();
   }
+  // backward_consuming() when nothing needs x afterwards either (the layer
+  // before does not read its output in backward): dx may take x's storage
+  // (a max pooling whose windows tile its input). x may be left empty.
+  virtual void backward_consuming_input(StepContext& ctx, Tensor& x, const Tensor& y, Tensor& dy, Tensor& dx) {
+    backward_consuming(ctx, x, y, dy, dx);
+  }
   // forward_consuming() hands x's buffer on as y (pointwise layers).
   virtual bool in_place() const { return false; }
   // Floats the input's buffer should hold so that forward_consuming can

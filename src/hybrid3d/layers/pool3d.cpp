@@ -75,4 +75,18 @@ void Pool3d::backward(StepContext& ctx, const Tensor& x, const Tensor&, const Te
                     [&](float* out) { ctx.backend->pool3d_backward(desc(n_), xp, dy.data(), out); });
 }
 
+bool Pool3d::windows_tile_input() const {
+  if (kind_ != PoolKind::kMax || !input_.trivial() || own_block_grad_ || w_.k != w_.s || w_.p_lo || w_.p_hi) return false;
+  for (int i = 0; i < 3; ++i)
+    if (out_ext_[size_t(i)] * w_.s != in_ext_[size_t(i)]) return false;
+  return true;
+}
+
+void Pool3d::backward_consuming_input(StepContext& ctx, Tensor& x, const Tensor& y, Tensor& dy, Tensor& dx) {
+  if (!windows_tile_input() || x.empty()) return backward_consuming(ctx, x, y, dy, dx);
+  dx = std::move(x);
+  ctx.backend->pool3d_backward(desc(n_), dx.data(), dy.data(), dx.data());
+  dy.release();
+}
+
 }  // namespace h3d

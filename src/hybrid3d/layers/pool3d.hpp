@@ -18,6 +18,11 @@ class Pool3d : public Layer {
   void forward(StepContext& ctx, const Tensor& x, Tensor& y) override;
   void backward(StepContext& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
   void forward_consuming(StepContext& ctx, Tensor& x, Tensor& y) override;
+  // Max pooling whose windows tile its own block (kernel = stride, no
+  // padding, no halo): dx is written over x, each window read before it is
+  // written (the backends allow it, backend.hpp). Cosmoflow's first pooling
+  // then takes no new buffer of its input's size at the step's peak.
+  void backward_consuming_input(StepContext& ctx, Tensor& x, const Tensor& y, Tensor& dy, Tensor& dx) override;
   // Average pooling's gradient needs no values; max pooling finds its
   // maxima again in the input (its padded copy, or x itself).
   bool backward_reads_input() const override { return kind_ == PoolKind::kMax && input_.trivial(); }
@@ -28,6 +33,7 @@ class Pool3d : public Layer {
 
  private:
   PoolDesc desc(int64_t n) const;
+  bool windows_tile_input() const;
   void run_forward(StepContext& ctx, const Tensor& xp, Tensor& y);
   PoolKind kind_;
   Window1D w_;

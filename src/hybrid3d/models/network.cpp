@@ -81,7 +81,12 @@ void Network::backward(StepContext& ctx, Tensor dy,
     if (grads_needed) grads_needed(l.params());
     {
       ProfileScope timed(bwd_names_[size_t(j)].c_str());
-      l.backward_consuming(ctx, act(j - 1), act(j), g, dx);
+      // The layer's input is dead after this backward unless the layer
+      // before reads it (its output) in its own.
+      if (j > 0 && !layers_[size_t(j - 1)]->backward_reads_output())
+        l.backward_consuming_input(ctx, act(j - 1), act(j), g, dx);
+      else
+        l.backward_consuming(ctx, act(j - 1), act(j), g, dx);
       g = std::move(dx);
       act(j).release();
       l.release_saved();
