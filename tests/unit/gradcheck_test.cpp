@@ -284,6 +284,26 @@ TEST(SkipConnection, NetworkMemoryPlanEqualsPlainPath) {
   expect_plan_equals_plain(*skip_block(3), net, "skip block");
 }
 
+// A max pooling whose 2x2x2 windows tile its input, after an activation
+// that keeps only signs: through Network's plan it writes its input
+// gradient over its input (Pool3d::backward_consuming_input).
+std::vector<std::unique_ptr<Layer>> conv_act_pool(uint64_t seed) {
+  std::vector<std::unique_ptr<Layer>> layers;
+  layers.push_back(std::make_unique<Conv3d>("conv", Conv3dOptions{2, 3, 3, 1, Padding::kHalf, true}, seed));
+  layers.push_back(std::make_unique<Activation>("act", ActKind::kLeakyRelu, 0.3f));
+  layers.push_back(std::make_unique<Pool3d>("pool", PoolKind::kMax, 2, 2, 0));
+  layers.push_back(std::make_unique<Conv3d>("conv2", Conv3dOptions{3, 2, 1, 1, Padding::kValid, true}, seed + 1));
+  return layers;
+}
+
+TEST(PoolingOverItsInput, NetworkMemoryPlanEqualsPlainPath) {
+  test::Composite plain("block");
+  Network net;
+  for (auto& l : conv_act_pool(7)) plain.add(std::move(l));
+  for (auto& l : conv_act_pool(7)) net.add(std::move(l));
+  expect_plan_equals_plain(plain, net, "conv, leaky ReLU, 2x2x2 max pooling");
+}
+
 // A ResNet block in miniature: the skip keeps x, a conv and an activation
 // change it, ResidualAdd adds x back through the identity or through a
 // projection (k1 stride 2 conv + batch norm) when the conv has stride 2.
