@@ -156,7 +156,7 @@ void BufferPool::release_free_until(int64_t cap, int64_t want) {
 }
 
 std::map<uintptr_t, BufferPool::Region>::iterator BufferPool::map_region(size_t need) {
-  release_free_until(std::max(stats_.peak_live_bytes, stats_.live_bytes + int64_t(need)), int64_t(need));
+  make_room(int64_t(need));
   const uintptr_t start = backing_ == Backing::kMemory ? map_memory(need) : reserve_address_space(need);
   regions_by_size_.emplace(need, start);
   stats_.pooled_bytes += int64_t(need);  // the caller takes it from the pool
@@ -195,7 +195,7 @@ FloatBuffer BufferPool::take(size_t n) {
       // A miss. Keep the footprint within the live peak: give back free
       // buffers first.
       const int64_t want = int64_t(n * sizeof(float));
-      release_free_until(std::max(stats_.peak_live_bytes, stats_.live_bytes + want), want);
+      make_room(want);
       if (backing_ == Backing::kMemory) {
         b.ptr = allocate_aligned_floats(n);
       } else {

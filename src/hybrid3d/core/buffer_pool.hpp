@@ -7,6 +7,7 @@
 // of the live set. It also counts the bytes in tensors, which --profile
 // reports as activation memory.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -19,9 +20,9 @@ namespace h3d {
 
 // The host Allocator. 64-byte aligned buffers (a cache line, an AVX-512
 // vector): oneDNN's kernels and the vectorised loops run faster on aligned
-// rows. Buffers of 2 MiB and more are their own mappings on transparent
-// huge pages: a fresh buffer then costs one page fault per 2 MiB instead of
-// per 4 KiB, and freeing it returns the memory to the OS at once.
+// rows. Buffers of 2 MiB and more are regions of mappings on transparent
+// huge pages: a fresh one then costs one page fault per 2 MiB instead of per
+// 4 KiB, and a region the pool lets go returns its memory to the OS at once.
 class BufferPool : public Allocator {
  public:
   // What its buffers are. kMemory: host memory (the process's pool,
@@ -84,6 +85,9 @@ class BufferPool : public Allocator {
   // Returns free buffers to the OS, smallest first, while live + pooled +
   // want exceeds cap.
   void release_free_until(int64_t cap, int64_t want);
+  // Before mapping `want` fresh bytes: the footprint cap, the highest live
+  // size seen (or live + want, if that is more).
+  void make_room(int64_t want) { release_free_until(std::max(stats_.peak_live_bytes, stats_.live_bytes + want), want); }
   // A new free region of `need` bytes, fresh memory, after returning free
   // buffers to the OS as the footprint cap asks.
   std::map<uintptr_t, Region>::iterator map_region(size_t need);
