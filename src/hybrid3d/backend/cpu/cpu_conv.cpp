@@ -16,7 +16,10 @@
 // buffers. Forward splits large outputs (and regions) the same way, into
 // slabs of at most kMaxStagingBytes of output.
 //
-// The first layer (4 input channels, or 1) is the exception to "the
+// The first layer (4 input channels, or 1), stride 1, runs forward and
+// backward-weights on our own AVX-512 kernels where the CPU has them
+// (cpu_few_channel_conv.hpp says why: oneDNN's layouts for it cost as much
+// in reorders as the convolution). Elsewhere it is the exception to "the
 // layouts oneDNN picks": for its backward-weights oneDNN 2.6 picks an AVX2
 // kernel on 8-channel blocks (28-54 GFLOP/s on this machine's AVX-512
 // cores, against 120-270 for the other layers), while on channels-last
@@ -29,6 +32,7 @@
 #include <vector>
 
 #include "hybrid3d/backend/cpu/cpu_dnnl.hpp"
+#include "hybrid3d/backend/cpu/cpu_few_channel_conv.hpp"
 
 namespace h3d {
 
@@ -248,6 +252,10 @@ void forward_once(Prims& p, const dnnl::engine& eng, dnnl::stream& s, const Conv
 }  // namespace
 
 void CpuBackend::conv3d_forward(const ConvDesc& d, const float* x, const float* w, const float* b, float* y) {
+  if (few_channel_conv_applies(d)) {
+    few_channel_conv_forward(d, x, w, b, y, Box{{Range{0, d.out[0]}, Range{0, d.out[1]}, Range{0, d.out[2]}}});
+    return;
+  }
   const int64_t plane_bytes = d.n * d.cout * d.out[1] * d.out[2] * int64_t(sizeof(float));
   if (plane_bytes * d.out[0] > kMaxStagingBytes) {
     conv3d_forward_region(d, x, w, b, y, Box{{Range{0, d.out[0]}, Range{0, d.out[1]}, Range{0, d.out[2]}}});
@@ -259,6 +267,7 @@ void CpuBackend::conv3d_forward(const ConvDesc& d, const float* x, const float* 
 void CpuBackend::conv3d_forward_region(const ConvDesc& d, const float* x, const float* w, const float* b, float* y,
                                        const Box& region) {
   if (region.empty()) return;
+  if (few_channel_conv_applies(d)) return few_channel_conv_forward(d, x, w, b, y, region);
   const Impl::ConvPrims& whole = impl_->conv(d);
   // A large region goes in slabs along D, so that its staging copy (in the
   // blocked layout) never doubles the biggest activation of the network.
@@ -303,6 +312,12 @@ void backward_weights_once(Prims& p, const dnnl::engine& eng, dnnl::stream& s, c
 }  // namespace
 
 void CpuBackend::conv3d_backward_weights(const ConvDesc& d, const float* x, const float* dy, float* dw, float* db) {
+  if (few_channel_conv_applies(d)) {
+    Tensor partials;
+    partials.reshape_uninit({few_channel_conv_partial_floats(d)});
+    few_channel_conv_backward_weights(d, x, dy, dw, db, partials.data());
+    return;
+  }
   std::vector<float> scratch_bias(size_t(d.cout), 0.0f);
   float* bias_out = db ? db : scratch_bias.data();
   const std::vector<DSlab> slabs = d_slabs(d);
@@ -344,6 +359,10 @@ std::vector<int64_t> CpuBackend::conv3d_staging(const ConvDesc& whole, ConvPass 
   std::array<int64_t, 3> src_parent{}, dst_parent{};
   std::string like;
   std::vector<int64_t> out;
+  if (few_channel_conv_applies(whole)) {  // no staging; backward-weights' per-plane sums
+    if (pass == ConvPass::kBackwardWeights) out.push_back(few_channel_conv_partial_floats(whole));
+    if (pass != ConvPass::kBackwardData) return out;
+  }
   dnnl_call("convolution staging", [&] {
     if (pass == ConvPass::kForward) {  // the first slab, as conv3d_forward goes
       const int64_t plane_bytes = d.n * d.cout * d.out[1] * d.out[2] * int64_t(sizeof(float));
