@@ -151,6 +151,71 @@ TEST(PoolBackends, CpuMatchesReference) {
   }
 }
 
+// Average pooling that pads inside the kernel (Pool3d on a block whose only
+// halo is the global edge's padding) gives bitwise what the same backend
+// gives on a zero-padded copy of the input (the path of every other block),
+// forward and backward, with padding on one side or both.
+TEST(PoolBackends, AveragePaddingInTheKernelEqualsAPaddedCopy) {
+  int cases = 0;
+  for (auto& owned : backends_under_test()) {
+    Backend& be = *owned;
+    struct Case {
+      int k, s;
+      std::array<int, 3> lo, hi;
+      std::array<int64_t, 3> in;
+    };
+    for (Case c : {Case{3, 2, {1, 1, 1}, {1, 1, 1}, {8, 6, 10}}, Case{3, 2, {1, 0, 1}, {0, 1, 1}, {9, 7, 11}},
+                   Case{2, 1, {0, 1, 0}, {1, 0, 1}, {5, 6, 17}}, Case{3, 1, {1, 1, 1}, {1, 1, 1}, {4, 3, 33}}}) {
+      PoolDesc d;
+      d.kind = PoolKind::kAvg;
+      d.n = 2;
+      d.c = 3;
+      d.in = c.in;
+      d.k = {c.k, c.k, c.k};
+      d.stride = {c.s, c.s, c.s};
+      d.pad_lo = c.lo;
+      d.pad_hi = c.hi;
+      std::array<int64_t, 3> padded{};
+      for (size_t i = 0; i < 3; ++i) {
+        padded[i] = c.in[i] + c.lo[i] + c.hi[i];
+        d.out[i] = (padded[i] - c.k) / c.s + 1;
+      }
+      PoolDesc p = d;
+      p.in = padded;
+      p.pad_lo = p.pad_hi = {0, 0, 0};
+      Tensor x = rnd({2, 3, c.in[0], c.in[1], c.in[2]}, 41), dy = rnd({2, 3, d.out[0], d.out[1], d.out[2]}, 42);
+      x[0] = -0.0f;  // a signed zero next to the padding
+      Tensor xp({2, 3, padded[0], padded[1], padded[2]});
+      for (int64_t q = 0; q < 6; ++q)
+        for (int64_t z = 0; z < c.in[0]; ++z)
+          for (int64_t r = 0; r < c.in[1]; ++r)
+            for (int64_t v = 0; v < c.in[2]; ++v)
+              xp[((q * padded[0] + z + c.lo[0]) * padded[1] + r + c.lo[1]) * padded[2] + v + c.lo[2]] =
+                  x[((q * c.in[0] + z) * c.in[1] + r) * c.in[2] + v];
+      Tensor y(dy.shape()), y_copy(dy.shape()), dx(x.shape()), dx_copy(xp.shape());
+      be.pool3d_forward(d, x.data(), y.data());
+      be.pool3d_forward(p, xp.data(), y_copy.data());
+      EXPECT_EQ(std::memcmp(y.data(), y_copy.data(), size_t(y.numel()) * sizeof(float)), 0)
+          << be.name() << " k" << c.k << " s" << c.s << ": forward";
+      be.pool3d_backward(d, nullptr, dy.data(), dx.data());
+      be.pool3d_backward(p, nullptr, dy.data(), dx_copy.data());
+      int64_t differ = 0;
+      for (int64_t q = 0; q < 6; ++q)
+        for (int64_t z = 0; z < c.in[0]; ++z)
+          for (int64_t r = 0; r < c.in[1]; ++r)
+            for (int64_t v = 0; v < c.in[2]; ++v) {
+              const float
+                  a = dx[((q * c.in[0] + z) * c.in[1] + r) * c.in[2] + v],
+                  b = dx_copy[((q * padded[0] + z + c.lo[0]) * padded[1] + r + c.lo[1]) * padded[2] + v + c.lo[2]];
+              differ += std::memcmp(&a, &b, sizeof(float)) != 0;
+            }
+      EXPECT_EQ(differ, 0) << be.name() << " k" << c.k << " s" << c.s << ": backward";
+      ++cases;
+    }
+  }
+  EXPECT_EQ(cases, 4 * int(backends_under_test().size()));
+}
+
 // Sign masks and the masked gradient, on a length that is not a multiple
 // of 64 (the tail) and spans several threads' chunks.
 TEST(PointwiseBackends, CpuMatchesReference) {

@@ -9,8 +9,8 @@ namespace h3d {
 Pool3d::Pool3d(std::string name, PoolKind kind, int kernel, int stride, int padding)
     : Layer(std::move(name)), kind_(kind) {
   H3D_USAGE_CHECK(kernel >= 1 && stride >= 1 && padding >= 0 && 2 * padding <= kernel,
-                  "layer " << name_ << ": pooling kernel " << kernel << ", stride " << stride << ", padding "
-                           << padding << " is not valid (padding at most half the kernel)");
+                  "layer " << name_ << ": pooling kernel " << kernel << ", stride " << stride << ", padding " << padding
+                           << " is not valid (padding at most half the kernel)");
   w_ = {kernel, stride, padding, padding};
 }
 
@@ -23,11 +23,13 @@ ActShape Pool3d::setup(const ActShape& in, const ProcessGrid& grid) {
   input_.plan(in.dist, w, out.dist, grid.spatial_rank(), pad);
   own_block_grad_ = in.deterministic && !input_.trivial();
   if (own_block_grad_) {
-    H3D_USAGE_CHECK(kind_ == PoolKind::kAvg, "--deterministic: layer " << name_
+    H3D_USAGE_CHECK(kind_ == PoolKind::kAvg, "--deterministic: layer "
+                                                 << name_
                                                  << " is a max pooling with a halo (overlapping windows or "
                                                     "padding), which this mode does not support");
     own_grad_.plan(in.dist, w, out.dist, grid.spatial_rank(), name_);
   }
+  pad_in_kernel_ = kind_ == PoolKind::kAvg && !in.deterministic && input_.padding_only();
   out_ext_ = out.dist.box(grid.spatial_rank()).extents();
   in_ext_ = in.dist.box(grid.spatial_rank()).extents();
   return out;
@@ -42,6 +44,11 @@ PoolDesc Pool3d::desc(int64_t n) const {
   d.out = out_ext_;
   d.k = {w_.k, w_.k, w_.k};
   d.stride = {w_.s, w_.s, w_.s};
+  if (pad_in_kernel_) {
+    d.in = in_ext_;
+    d.pad_lo = input_.padding_lo();
+    d.pad_hi = input_.padding_hi();
+  }
   return d;
 }
 
@@ -53,12 +60,12 @@ void Pool3d::run_forward(StepContext& ctx, const Tensor& xp, Tensor& y) {
 
 void Pool3d::forward(StepContext& ctx, const Tensor& x, Tensor& y) {
   n_ = x.dim(0);
-  run_forward(ctx, input_.gather(ctx, x), y);
+  run_forward(ctx, pad_in_kernel_ ? x : input_.gather(ctx, x), y);
 }
 
 void Pool3d::forward_consuming(StepContext& ctx, Tensor& x, Tensor& y) {
   n_ = x.dim(0);
-  run_forward(ctx, input_.gather_consuming(ctx, x), y);
+  run_forward(ctx, pad_in_kernel_ ? x : input_.gather_consuming(ctx, x), y);
   x.release();
 }
 
@@ -70,13 +77,19 @@ void Pool3d::backward(StepContext& ctx, const Tensor& x, const Tensor&, const Te
     own_grad_.release();
     return;
   }
+  if (pad_in_kernel_) {  // average pooling: no values needed
+    dx.reshape_uninit({n_, channels_, in_ext_[0], in_ext_[1], in_ext_[2]});
+    ctx.backend->pool3d_backward(desc(n_), nullptr, dy.data(), dx.data());
+    return;
+  }
   const float* xp = kind_ == PoolKind::kMax ? input_.saved(x).data() : nullptr;
   input_.input_grad(ctx, {n_, channels_, in_ext_[0], in_ext_[1], in_ext_[2]}, dx,
                     [&](float* out) { ctx.backend->pool3d_backward(desc(n_), xp, dy.data(), out); });
 }
 
 bool Pool3d::windows_tile_input() const {
-  if (kind_ != PoolKind::kMax || !input_.trivial() || own_block_grad_ || w_.k != w_.s || w_.p_lo || w_.p_hi) return false;
+  if (kind_ != PoolKind::kMax || !input_.trivial() || own_block_grad_ || w_.k != w_.s || w_.p_lo || w_.p_hi)
+    return false;
   for (int i = 0; i < 3; ++i)
     if (out_ext_[size_t(i)] * w_.s != in_ext_[size_t(i)]) return false;
   return true;

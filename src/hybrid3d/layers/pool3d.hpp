@@ -27,7 +27,9 @@ class Pool3d : public Layer {
   // maxima again in the input (its padded copy, or x itself).
   bool backward_reads_input() const override { return kind_ == PoolKind::kMax && input_.trivial(); }
   bool backward_reads_output() const override { return false; }
-  int64_t input_capacity_wish(int64_t n) const override { return input_.input_capacity(n * channels_); }
+  int64_t input_capacity_wish(int64_t n) const override {
+    return pad_in_kernel_ ? 0 : input_.input_capacity(n * channels_);
+  }
   void release_saved() override { input_.release(); }
   int64_t downsampling() const override { return w_.s; }
 
@@ -40,6 +42,11 @@ class Pool3d : public Layer {
   int64_t channels_ = 0;
   PaddedInput input_;
   bool own_block_grad_ = false;  // --deterministic with a halo: dx via own_grad_
+  // Average pooling whose only halo is the global edge's zero padding: the
+  // kernel pads by itself and reads x and writes dx where they are, with no
+  // padded copy in and no gradient copied out (the same bits: cpu_pool.cpp).
+  // Not with --deterministic, whose paths stay as they were.
+  bool pad_in_kernel_ = false;
   OwnInputGrad own_grad_;
   std::array<int64_t, 3> out_ext_{}, in_ext_{};
   int64_t n_ = 0;  // samples of the last forward

@@ -26,6 +26,11 @@ class PaddedInput {
   }
   // No halo and no padding: the kernel reads x itself.
   bool trivial() const { return halo_.trivial(); }
+  // Padding at the global edge and no halo from neighbours: a kernel that
+  // pads by itself may read x (padding_lo/hi() cells on each side).
+  bool padding_only() const { return !halo_.trivial() && halo_.halo_messages() == 0; }
+  std::array<int, 3> padding_lo() const { return side(true); }
+  std::array<int, 3> padding_hi() const { return side(false); }
   // Returns the tensor the kernel reads: x itself, or the padded copy.
   const Tensor& gather(const StepContext& ctx, const Tensor& x) {
     if (halo_.trivial()) return x;
@@ -110,6 +115,12 @@ class PaddedInput {
   void release() { padded_.release(); }
 
  private:
+  std::array<int, 3> side(bool lo) const {
+    std::array<int, 3> out{};
+    const Box &own = halo_.own_box(), &padded = halo_.padded_box();
+    for (int d = 0; d < 3; ++d) out[size_t(d)] = int(lo ? own.r[d].lo - padded.r[d].lo : padded.r[d].hi - own.r[d].hi);
+    return out;
+  }
   // halo.total counts only exchanges with messages (not a single rank's padding).
   const char* total_name() const { return halo_.halo_messages() > 0 ? prof::kHaloTotal : nullptr; }
   void start_consuming(const StepContext& ctx, Tensor& x) {
