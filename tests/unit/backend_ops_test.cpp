@@ -201,10 +201,10 @@ TEST_P(BackendOps, EveryOpAgainstRef) {
     d.out = {2, 3, 5};
     auto x = rnd(d.n * d.c * count3(d.in), 12);
     for (auto& v : x) v = std::round(v * 2.0f);
-    x[0] = -0.0f, x[1] = 0.0f;                          // signed zeros in the first window
-    x[2] = std::numeric_limits<float>::quiet_NaN();     // a NaN first cell
-    x[41] = std::numeric_limits<float>::quiet_NaN();    // a NaN later in a window
-    x[123] = 100.0f, x[133] = 100.0f;                   // a tie for the maximum
+    x[0] = -0.0f, x[1] = 0.0f;                        // signed zeros in the first window
+    x[2] = std::numeric_limits<float>::quiet_NaN();   // a NaN first cell
+    x[41] = std::numeric_limits<float>::quiet_NaN();  // a NaN later in a window
+    x[123] = 100.0f, x[133] = 100.0f;                 // a tie for the maximum
     const auto dy = rnd(d.n * d.c * count3(d.out), 13);
     std::vector<float> dx1(x.size()), dx2(x.size(), 7.0f);
     check("pool3d_backward", [&] {
@@ -239,6 +239,56 @@ TEST_P(BackendOps, EveryOpAgainstRef) {
       EXPECT_TRUE(same_bits(be_over, apart)) << k << "^3 windows: dx over x";
     });
   }
+  // Max pooling with the ReLU's gradient after it (PoolDesc::relu_grad_slope,
+  // Network's fusion) gives bitwise what the pooling and then
+  // masked_slope_backward on the ReLU's sign bits give: windows that tile
+  // (2^3, the cpu backend's branch-free kernel, and 3^3), into a separate
+  // buffer and over x, and overlapping 3^3 stride 2 windows (the scatter);
+  // slopes 0 (ReLU) and 0.3; ties, signed zeros, NaNs, non-positive maxima.
+  for (auto [k, s] : {std::pair{2, 2}, std::pair{3, 3}, std::pair{3, 2}})
+    for (float slope : {0.0f, 0.3f}) {
+      PoolDesc d;
+      d.n = 2;
+      d.c = 3;
+      d.k = {k, k, k};
+      d.stride = {s, s, s};
+      d.out = {2, 3, 4};
+      for (size_t i = 0; i < 3; ++i) d.in[i] = (d.out[i] - 1) * s + k;
+      auto x = rnd(d.n * d.c * count3(d.in), 16);
+      for (auto& v : x) v = std::round(v * 2.0f) - 1.0f;  // many windows whose maximum is <= 0
+      x[0] = -0.0f, x[1] = 0.0f;
+      x[2] = std::numeric_limits<float>::quiet_NaN();
+      x[50] = std::numeric_limits<float>::quiet_NaN();
+      const auto dy = rnd(d.n * d.c * count3(d.out), 17);
+      const size_t cells = x.size();
+      std::vector<uint64_t> bits((cells + 63) / 64, 0);
+      for (size_t i = 0; i < cells; ++i)
+        if (x[i] > 0.0f) bits[i / 64] |= uint64_t(1) << (i % 64);
+      // Each backend against its own pooling then masked_slope_backward
+      // (overlapping windows add in float on cpu, in double on ref).
+      std::vector<float> apart(cells), be_apart(cells);
+      ref.pool3d_backward(d, x.data(), dy.data(), apart.data());
+      ref.masked_slope_backward(bits.data(), slope, apart.data(), apart.data(), int64_t(cells));
+      PoolDesc f = d;
+      f.relu_grad_slope = slope;
+      const std::string what = std::to_string(k) + "^3 stride " + std::to_string(s) + " slope " + std::to_string(slope);
+      check("pool3d_backward", [&] {
+        be.pool3d_backward(d, x.data(), dy.data(), be_apart.data());
+        be.masked_slope_backward(bits.data(), slope, be_apart.data(), be_apart.data(), int64_t(cells));
+        std::vector<float> ref_fused(cells, 7.0f), be_fused(cells, 7.0f);
+        ref.pool3d_backward(f, x.data(), dy.data(), ref_fused.data());
+        be.pool3d_backward(f, x.data(), dy.data(), be_fused.data());
+        EXPECT_TRUE(same_bits(ref_fused, apart)) << what << ": the reference";
+        EXPECT_TRUE(same_bits(be_fused, be_apart)) << what;
+        if (k == s) {  // windows tile the input: dx over x
+          std::vector<float> ref_over = x, be_over = x;
+          ref.pool3d_backward(f, ref_over.data(), dy.data(), ref_over.data());
+          be.pool3d_backward(f, be_over.data(), dy.data(), be_over.data());
+          EXPECT_TRUE(same_bits(ref_over, apart)) << what << ": the reference, dx over x";
+          EXPECT_TRUE(same_bits(be_over, be_apart)) << what << ": dx over x";
+        }
+      });
+    }
   check("gemm", [&] {
     for (bool ta : {false, true})
       for (bool tb : {false, true})

@@ -54,6 +54,12 @@ struct PoolDesc {
   int64_t n = 1, c = 1;
   std::array<int64_t, 3> in{}, out{};
   std::array<int, 3> k{2, 2, 2}, stride{2, 2, 2}, pad_lo{}, pad_hi{};
+  // >= 0 (max pooling, backward): x is the output of a ReLU of this slope
+  // (0: plain ReLU), whose gradient the pooling's backward applies to its
+  // dx, bitwise as masked_slope_backward would after it: x > 0 ? dx :
+  // slope * dx (Network::setup fuses them; the ReLU then keeps no mask and
+  // makes no pass of its own). < 0: none.
+  float relu_grad_slope = -1.0f;
 };
 
 enum class ActKind { kRelu, kLeakyRelu, kTanh, kScaledTanh, kScale };

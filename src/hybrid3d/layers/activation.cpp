@@ -7,7 +7,7 @@ void Activation::apply(StepContext& ctx, const float* x, Tensor& y) {
     ctx.backend->activation_forward(kind_, p_, x, y.data(), y.numel());
   else if (x != y.data())
     ctx.backend->allocator().copy(y.data(), x, size_t(y.numel()));
-  if (ctx.training && sign_mask_kind()) {
+  if (ctx.training && sign_mask_kind() && !grad_absorbed_) {
     // One bit per output, in 64-bit words: two floats of storage per word.
     mask_.set_allocator(ctx.backend->allocator());
     mask_.reshape_uninit({2 * ((y.numel() + 63) / 64)});
@@ -16,6 +16,10 @@ void Activation::apply(StepContext& ctx, const float* x, Tensor& y) {
 }
 
 void Activation::apply_grad(StepContext& ctx, const Tensor& y, const float* dy, Tensor& dx) {
+  if (grad_absorbed_) {  // the layer after applied it
+    if (dy != dx.data()) ctx.backend->allocator().copy(dx.data(), dy, size_t(dx.numel()));
+    return;
+  }
   if (sign_mask_kind()) {
     H3D_CHECK(mask_.numel() * 32 >= dx.numel(), "layer " << name_ << ": backward without a training forward");
     ctx.backend->masked_slope_backward(mask_words(), kind_ == ActKind::kRelu ? 0.0f : p_, dy, dx.data(), dx.numel());

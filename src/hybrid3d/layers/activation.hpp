@@ -36,6 +36,15 @@ class Activation : public Layer {
   // The layer before applies this activation to its output.
   void set_absorbed(bool absorbed) { absorbed_ = absorbed; }
   bool absorbed() const { return absorbed_; }
+  // A ReLU (plain, or leaky with a slope >= 0) whose gradient the layer
+  // after it may apply: that slope (0 for plain ReLU), else -1.
+  float relu_grad_slope() const {
+    if (kind_ == ActKind::kRelu) return 0.0f;
+    return kind_ == ActKind::kLeakyRelu && p_ >= 0.0f ? p_ : -1.0f;
+  }
+  // The layer after applies this activation's gradient in its backward:
+  // this one keeps no sign mask and passes its gradient through.
+  void set_grad_absorbed(bool absorbed) { grad_absorbed_ = absorbed; }
 
  private:
   bool sign_mask_kind() const { return kind_ == ActKind::kRelu || kind_ == ActKind::kLeakyRelu; }
@@ -44,7 +53,7 @@ class Activation : public Layer {
   void apply_grad(StepContext& ctx, const Tensor& y, const float* dy, Tensor& dx);
   ActKind kind_;
   float p_;
-  bool absorbed_ = false;
+  bool absorbed_ = false, grad_absorbed_ = false;
   // Bit i: output i > 0 (ReLUs, training). A tensor of the backend's
   // allocator, so that the mask lives where the activations do.
   Tensor mask_;

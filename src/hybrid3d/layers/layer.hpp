@@ -135,6 +135,11 @@ class Layer {
   // itself; a layer that applies it to its own output (for free, in the
   // kernel that writes it) takes it and returns true.
   virtual bool absorb_leaky_relu(float /*slope*/) { return false; }
+  // Fusion (Network::setup): the (leaky) ReLU right before this layer, of
+  // this slope (0: plain ReLU), offers its backward; a layer whose backward
+  // can apply it (it reads the ReLU's output, its input, anyway) takes it
+  // and returns true.
+  virtual bool absorb_relu_grad(float /*slope*/) { return false; }
 
  protected:
   std::string name_;

@@ -44,6 +44,7 @@ PoolDesc Pool3d::desc(int64_t n) const {
   d.out = out_ext_;
   d.k = {w_.k, w_.k, w_.k};
   d.stride = {w_.s, w_.s, w_.s};
+  d.relu_grad_slope = relu_grad_slope_;
   if (pad_in_kernel_) {
     d.in = in_ext_;
     d.pad_lo = input_.padding_lo();

@@ -31,6 +31,14 @@ class Pool3d : public Layer {
     return pad_in_kernel_ ? 0 : input_.input_capacity(n * channels_);
   }
   void release_saved() override { input_.release(); }
+  // Max pooling whose windows tile its own block: its backward finds each
+  // window's maximum in x, the ReLU's output, and applies the ReLU's
+  // gradient there (PoolDesc::relu_grad_slope).
+  bool absorb_relu_grad(float slope) override {
+    if (!windows_tile_input()) return false;
+    relu_grad_slope_ = slope;
+    return true;
+  }
   int64_t downsampling() const override { return w_.s; }
 
  private:
@@ -47,6 +55,7 @@ class Pool3d : public Layer {
   // padded copy in and no gradient copied out (the same bits: cpu_pool.cpp).
   // Not with --deterministic, whose paths stay as they were.
   bool pad_in_kernel_ = false;
+  float relu_grad_slope_ = -1.0f;  // >= 0: the ReLU before it, fused (absorb_relu_grad)
   OwnInputGrad own_grad_;
   std::array<int64_t, 3> out_ext_{}, in_ext_{};
   int64_t n_ = 0;  // samples of the last forward

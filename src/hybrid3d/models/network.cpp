@@ -24,6 +24,12 @@ void Network::setup(const ActShape& input, const ProcessGrid& grid) {
   for (size_t i = 1; i < layers_.size(); ++i)
     if (auto* act = dynamic_cast<Activation*>(layers_[i].get()); act && act->absorbable())
       act->set_absorbed(layers_[i - 1]->absorb_leaky_relu(act->slope()));
+  // And a ReLU's gradient goes into the layer after it where that layer's
+  // backward can apply it (a max pooling reading the ReLU's output anyway),
+  // saving the sign mask's pass in forward and the ReLU's pass in backward.
+  for (size_t i = 0; i + 1 < layers_.size(); ++i)
+    if (auto* act = dynamic_cast<Activation*>(layers_[i].get()); act && act->relu_grad_slope() >= 0.0f)
+      act->set_grad_absorbed(layers_[i + 1]->absorb_relu_grad(act->relu_grad_slope()));
   acts_.assign(layers_.size(), Tensor());
   if (!layers_.empty()) layers_.front()->set_input_grad_needed(false);
   fwd_names_.clear();
@@ -71,8 +77,7 @@ const Tensor& Network::forward(StepContext& ctx, Tensor x,
   return acts_.back();
 }
 
-void Network::backward(StepContext& ctx, Tensor dy,
-                       const std::function<void(const std::vector<Param*>&)>& grads_ready,
+void Network::backward(StepContext& ctx, Tensor dy, const std::function<void(const std::vector<Param*>&)>& grads_ready,
                        const std::function<void(const std::vector<Param*>&)>& grads_needed) {
   H3D_CHECK(!acts_.empty() && !acts_.back().empty(), "Network::backward before a training forward");
   Tensor g = std::move(dy), dx(ctx.backend->allocator());

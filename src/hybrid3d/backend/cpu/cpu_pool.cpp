@@ -147,9 +147,14 @@ void forward_rows(const PoolGeom& g, const float* x, float* y, int64_t planes) {
   }
 }
 
+// The gradient g of a cell holding x, through the ReLU of `slope` that
+// produced x (PoolDesc::relu_grad_slope; < 0: none), as
+// masked_slope_backward computes it.
+inline float through_relu(float x, float g, float slope) { return slope < 0.0f || x > 0.0f ? g : slope * g; }
+
 // Windows tiling the input: each window's first maximum by comparison,
 // then all of its cells written.
-void max_backward_tiled(const PoolGeom& g, const float* x, const float* dy, float* dx, int64_t planes) {
+void max_backward_tiled(const PoolGeom& g, const float* x, const float* dy, float* dx, int64_t planes, float slope) {
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t nc = 0; nc < planes; ++nc)
     for (int64_t oz = 0; oz < g.out0; ++oz) {
@@ -160,7 +165,7 @@ void max_backward_tiled(const PoolGeom& g, const float* x, const float* dy, floa
         for (int64_t ox = 0; ox < g.out2; ++ox) {
           const int64_t base = g.origin(oz, oy, ox);
           const int64_t arg = first_max(g, xc, base);
-          const float gy = dyp[oy * g.out2 + ox];
+          const float gy = through_relu(xc[arg], dyp[oy * g.out2 + ox], slope);  // read before dx may overwrite x
           for (int a = 0; a < g.k0; ++a)
             for (int b = 0; b < g.k1; ++b)
               for (int c = 0; c < g.k2; ++c) {
@@ -179,11 +184,11 @@ void max_backward_tiled(const PoolGeom& g, const float* x, const float* dy, floa
 // cell is passed over as there); the first cell equal to it is the
 // reference's first maximum. Only a NaN first cell leaves no cell equal to
 // the maximum: that cell takes the gradient then, as in the reference.
-void max_backward_tiled_2(const PoolGeom& g, const float* x, const float* dy, float* dx, int64_t planes) {
+void max_backward_tiled_2(const PoolGeom& g, const float* x, const float* dy, float* dx, int64_t planes, float slope) {
   const int64_t w = g.out2;
 #pragma omp parallel
   {
-    std::vector<float> best_row(static_cast<size_t>(w));
+    std::vector<float> best_row(static_cast<size_t>(w)), scaled_row(static_cast<size_t>(w));
     std::vector<uint32_t> taken_row(static_cast<size_t>(w)), grad_row(static_cast<size_t>(w)),
         out_row(static_cast<size_t>(2 * w));
 #pragma omp for collapse(2) schedule(static)
@@ -193,6 +198,7 @@ void max_backward_tiled_2(const PoolGeom& g, const float* x, const float* dy, fl
         float* dxc = dx + nc * g.in_vol();
         const float* dyp = dy + nc * g.out_vol() + oz * g.out1 * g.out2;
         float* __restrict best = best_row.data();
+        float* __restrict scaled = scaled_row.data();
         uint32_t* __restrict taken = taken_row.data();
         uint32_t* __restrict grad = grad_row.data();
         uint32_t* __restrict out = out_row.data();
@@ -219,7 +225,12 @@ void max_backward_tiled_2(const PoolGeom& g, const float* x, const float* dy, fl
           // Masks rather than branches, on the bits (0.0f where no hit, as
           // the reference writes, whatever the gradient's sign), into a row
           // buffer that is then copied out.
-          std::memcpy(grad, gy, size_t(w) * sizeof(float));
+          if (slope >= 0.0f) {  // the ReLU's gradient, from the window's maximum (read before dx may overwrite x)
+            for (int64_t ox = 0; ox < w; ++ox) scaled[ox] = best[ox] > 0.0f ? gy[ox] : slope * gy[ox];
+            std::memcpy(grad, scaled, size_t(w) * sizeof(float));
+          } else {
+            std::memcpy(grad, gy, size_t(w) * sizeof(float));
+          }
           for (int r = 0; r < 4; ++r) {
             const float* __restrict xr = xc + rows[r];
             for (int64_t ox = 0; ox < w; ++ox) {
@@ -236,13 +247,13 @@ void max_backward_tiled_2(const PoolGeom& g, const float* x, const float* dy, fl
           for (int64_t ox = 0; ox < w; ++ox) all &= taken[ox];
           if (!all)
             for (int64_t ox = 0; ox < w; ++ox)
-              if (!taken[ox]) dxc[rows[0] + 2 * ox] = gy[ox];
+              if (!taken[ox]) std::memcpy(&dxc[rows[0] + 2 * ox], &grad[ox], sizeof(float));
         }
       }
   }
 }
 
-void max_backward_scatter(const PoolGeom& g, const float* x, const float* dy, float* dx, int64_t planes) {
+void max_backward_scatter(const PoolGeom& g, const float* x, const float* dy, float* dx, int64_t planes, float slope) {
   // Overlapping windows (or cells no window reads): zero, then add. Windows
   // overlap only within a channel, so channels are independent.
 #pragma omp parallel for schedule(static)
@@ -255,6 +266,8 @@ void max_backward_scatter(const PoolGeom& g, const float* x, const float* dy, fl
       for (int64_t oy = 0; oy < g.out1; ++oy)
         for (int64_t ox = 0; ox < g.out2; ++ox)
           dxc[first_max(g, xc, g.origin(oz, oy, ox))] += dyc[(oz * g.out1 + oy) * g.out2 + ox];
+    if (slope >= 0.0f)
+      for (int64_t i = 0; i < g.in_vol(); ++i) dxc[i] = through_relu(xc[i], dxc[i], slope);
   }
 }
 
@@ -321,11 +334,11 @@ void CpuBackend::pool3d_backward(const PoolDesc& d, const float* x, const float*
   else if (d.kind == PoolKind::kAvg)
     avg_backward_gather<0, 0>(g, dy, dx, d.n * d.c);
   else if (g.tiles() && g.k0 == 2 && g.k1 == 2 && g.k2 == 2)
-    max_backward_tiled_2(g, x, dy, dx, d.n * d.c);
+    max_backward_tiled_2(g, x, dy, dx, d.n * d.c, d.relu_grad_slope);
   else if (g.tiles())
-    max_backward_tiled(g, x, dy, dx, d.n * d.c);
+    max_backward_tiled(g, x, dy, dx, d.n * d.c, d.relu_grad_slope);
   else
-    max_backward_scatter(g, x, dy, dx, d.n * d.c);
+    max_backward_scatter(g, x, dy, dx, d.n * d.c, d.relu_grad_slope);
 }
 
 }  // namespace h3d

@@ -77,8 +77,7 @@ void RefBackend::conv3d_backward_data(const ConvDesc& d, const float* dy, const 
   for (size_t i = 0; i < acc.size(); ++i) dx[i] = static_cast<float>(acc[i]);
 }
 
-void RefBackend::conv3d_backward_weights(const ConvDesc& d, const float* x, const float* dy, float* dw,
-                                         float* db) {
+void RefBackend::conv3d_backward_weights(const ConvDesc& d, const float* x, const float* dy, float* dw, float* db) {
   Geom g = geom(d);
   std::vector<double> acc(static_cast<size_t>(d.cout * d.cin * g.kvol()), 0.0), accb(size_t(d.cout), 0.0);
   for (int64_t n = 0; n < d.n; ++n)
@@ -142,7 +141,12 @@ void RefBackend::pool3d_backward(const PoolDesc& d, const float* x, const float*
       });
       if (arg >= 0) acc[size_t(arg)] += gy;
     });
-    for (int64_t i = 0; i < g.in_vol(); ++i) dx[nc * g.in_vol() + i] = static_cast<float>(acc[size_t(i)]);
+    // With the ReLU's gradient after it (x read before dx, which may be x, is written).
+    const bool relu = d.kind == PoolKind::kMax && d.relu_grad_slope >= 0.0f;
+    for (int64_t i = 0; i < g.in_vol(); ++i) {
+      const float v = static_cast<float>(acc[size_t(i)]);
+      dx[nc * g.in_vol() + i] = !relu || xc[i] > 0.0f ? v : d.relu_grad_slope * v;
+    }
   }
 }
 
