@@ -95,18 +95,29 @@ inline void covering(int64_t i, int k, int s, int64_t out, int64_t& first, int64
   last = std::min<int64_t>(out - 1, i / s);
 }
 
-// Row (z, y) of the padded input (padded coordinates) into r (in2 floats):
-// the stored row with zeros around it, or zeros.
-inline void padded_row(const PoolGeom& g, const float* xc, int64_t z, int64_t y, float* r) {
+// Row (z, y) of the padded input (padded coordinates) in the stored
+// input, or null where it is padding.
+inline const float* stored_row(const PoolGeom& g, const float* xc, int64_t z, int64_t y) {
   const int64_t zs = z - g.lo[0], ys = y - g.lo[1];
-  if (zs < 0 || zs >= g.ext[0] || ys < 0 || ys >= g.ext[1]) {
+  if (zs < 0 || zs >= g.ext[0] || ys < 0 || ys >= g.ext[1]) return nullptr;
+  return xc + (zs * g.ext[1] + ys) * g.ext[2];
+}
+
+// r (a padded row, in2 floats) = or += padded row (z, y), with exactly
+// the additions the padded copy would see: its zeros added where r holds
+// padding (those cells stay +0) and a whole row of padding added as +0
+// (which turns a -0 in r into +0, as there).
+inline void add_padded_row(const PoolGeom& g, const float* xc, int64_t z, int64_t y, bool first, float* r) {
+  const float* src = stored_row(g, xc, z, y);
+  if (first) {
     std::fill(r, r + g.in2, 0.0f);
-    return;
+    if (src) std::copy(src, src + g.ext[2], r + g.lo[2]);
+  } else if (src) {
+    float* ri = r + g.lo[2];
+    for (int64_t i = 0; i < g.ext[2]; ++i) ri[i] += src[i];
+  } else {
+    for (int64_t i = 0; i < g.in2; ++i) r[i] += 0.0f;
   }
-  std::fill(r, r + g.lo[2], 0.0f);
-  const float* src = xc + (zs * g.ext[1] + ys) * g.ext[2];
-  std::copy(src, src + g.ext[2], r + g.lo[2]);
-  std::fill(r + g.lo[2] + g.ext[2], r + g.in2, 0.0f);
 }
 
 template <bool kMax>
@@ -115,7 +126,7 @@ void forward_rows(const PoolGeom& g, const float* x, float* y, int64_t planes) {
   const bool padded = g.padded();  // average pooling only (zero padding)
 #pragma omp parallel
   {
-    std::vector<float> row(size_t(g.in2)), pad_row(padded ? size_t(g.in2) : 0);
+    std::vector<float> row(size_t(g.in2));
 #pragma omp for collapse(2) schedule(static)
     for (int64_t nc = 0; nc < planes; ++nc)
       for (int64_t oz = 0; oz < g.out0; ++oz) {
@@ -125,11 +136,11 @@ void forward_rows(const PoolGeom& g, const float* x, float* y, int64_t planes) {
           float* r = row.data();
           for (int a = 0; a < g.k0; ++a)
             for (int b = 0; b < g.k1; ++b) {
-              const float* src = pad_row.data();
-              if (padded)
-                padded_row(g, xc, oz * g.s0 + a, oy * g.s1 + b, pad_row.data());
-              else
-                src = xc + g.origin(oz, oy, 0) + (a * g.in1 + b) * g.in2;
+              if (padded) {
+                add_padded_row(g, xc, oz * g.s0 + a, oy * g.s1 + b, a == 0 && b == 0, r);
+                continue;
+              }
+              const float* src = xc + g.origin(oz, oy, 0) + (a * g.in1 + b) * g.in2;
               if (a == 0 && b == 0)
                 std::copy(src, src + g.in2, r);
               else
@@ -281,8 +292,13 @@ void avg_backward_gather(const PoolGeom& g, const float* dy, float* dx, int64_t 
   const int64_t plane = g.ext[1] * g.ext[2];
 #pragma omp parallel
   {
-    // W-spread rows of one dy plane: spread[oy][x] = sum over ox covering x.
-    std::vector<float> spread(size_t(g.out1 * g.in2));
+    // W-spread rows of one dy plane: spread[oy][x] = sum over ox covering
+    // x. The two most recent planes' are kept: consecutive input planes
+    // share windows (each spread was computed up to k0 times before).
+    std::vector<float> spreads[2] = {std::vector<float>(size_t(g.out1 * g.in2)),
+                                     std::vector<float>(size_t(g.out1 * g.in2))};
+    int64_t spread_of[2] = {-1, -1};  // nc * out0 + oz of each, -1: none
+    int next_slot = 0;
 #pragma omp for collapse(2) schedule(static)
     for (int64_t nc = 0; nc < planes; ++nc)
       for (int64_t zs = 0; zs < g.ext[0]; ++zs) {
@@ -292,13 +308,20 @@ void avg_backward_gather(const PoolGeom& g, const float* dy, float* dx, int64_t 
         int64_t oz0, oz1;
         covering(z, g.k0, g.s0, g.out0, oz0, oz1);
         for (int64_t oz = oz0; oz <= oz1; ++oz) {
-          const float* dyp = dy + nc * g.out_vol() + oz * g.out1 * g.out2;
-          std::fill(spread.begin(), spread.end(), 0.0f);
-          for (int64_t oy = 0; oy < g.out1; ++oy) {
-            float* sr = spread.data() + oy * g.in2;
-            for (int64_t ox = 0; ox < g.out2; ++ox) {
-              const float v = dyp[oy * g.out2 + ox] * inv;
-              for (int c = 0; c < k2; ++c) sr[ox * s2 + c] += v;
+          const int64_t key = nc * g.out0 + oz;
+          const int slot = spread_of[0] == key ? 0 : spread_of[1] == key ? 1 : -1;
+          std::vector<float>& spread = spreads[slot >= 0 ? slot : next_slot];
+          if (slot < 0) {
+            spread_of[next_slot] = key;
+            next_slot ^= 1;
+            const float* dyp = dy + nc * g.out_vol() + oz * g.out1 * g.out2;
+            std::fill(spread.begin(), spread.end(), 0.0f);
+            for (int64_t oy = 0; oy < g.out1; ++oy) {
+              float* sr = spread.data() + oy * g.in2;
+              for (int64_t ox = 0; ox < g.out2; ++ox) {
+                const float v = dyp[oy * g.out2 + ox] * inv;
+                for (int c = 0; c < k2; ++c) sr[ox * s2 + c] += v;
+              }
             }
           }
           for (int64_t ys = 0; ys < g.ext[1]; ++ys) {
