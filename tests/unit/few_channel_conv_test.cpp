@@ -44,15 +44,22 @@ bool bitwise_equal(const Tensor& a, const Tensor& b) {
   return std::memcmp(a.data(), b.data(), size_t(a.numel()) * sizeof(float)) == 0;
 }
 
+// A 4-channel 2^3 convolution: the kernels take it wherever they run.
+ConvDesc first_layer_shape() {
+  ConvDesc d;
+  d.cin = 4;
+  d.in = {9, 9, 9};
+  d.out = {8, 8, 8};
+  d.k = {2, 2, 2};
+  return d;
+}
+
+constexpr const char* kNoAvx512 = "this CPU has no AVX-512F: the few-channel kernels do not run";
+
 }  // namespace
 
 TEST(FewChannelConv, MatchesOneDnnAndTheReference) {
-  ConvDesc probe;
-  probe.cin = 4;
-  probe.in = {3, 3, 3};
-  probe.out = {2, 2, 2};
-  probe.k = {2, 2, 2};
-  if (!few_channel_conv_applies(probe)) GTEST_SKIP() << "this CPU has no AVX-512F: the few-channel kernels do not run";
+  if (!few_channel_conv_applies(first_layer_shape())) GTEST_SKIP() << kNoAvx512;
   auto cpu = make_backend("cpu");
   RefBackend ref;
   int cases = 0;
@@ -124,12 +131,8 @@ TEST(FewChannelConv, MatchesOneDnnAndTheReference) {
 // Where the kernels apply: stride 1, no padding of the kernel's own, at
 // most four input channels; the switch sends them back to oneDNN.
 TEST(FewChannelConv, AppliesOnlyWhereItShould) {
-  ConvDesc d;
-  d.cin = 4;
-  d.in = {9, 9, 9};
-  d.out = {8, 8, 8};
-  d.k = {2, 2, 2};
-  if (!few_channel_conv_applies(d)) GTEST_SKIP() << "this CPU has no AVX-512F: the few-channel kernels do not run";
+  const ConvDesc d = first_layer_shape();
+  if (!few_channel_conv_applies(d)) GTEST_SKIP() << kNoAvx512;
   ConvDesc wide = d, strided = d, padded = d;
   wide.cin = 5;
   strided.stride = {1, 2, 1};
