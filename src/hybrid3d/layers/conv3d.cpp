@@ -1,5 +1,8 @@
 #include "hybrid3d/layers/conv3d.hpp"
 
+#include <cstdlib>
+#include <string>
+
 #include "hybrid3d/core/error.hpp"
 
 namespace h3d {
@@ -34,7 +37,36 @@ ActShape Conv3d::setup(const ActShape& in, const ProcessGrid& grid) {
   }
   out_ext_ = out.dist.box(grid.spatial_rank()).extents();
   in_ext_ = in.dist.box(grid.spatial_rank()).extents();
+  in_dist_ = in.dist;
+  out_dist_ = out.dist;
+  stream_.reset();
   return out;
+}
+
+bool Conv3d::stream_through(const Pool3d& pool, const ActShape& pool_out, int spatial_rank) {
+  // H3D_STREAM_FIRST_LAYER=0 keeps the layers apart (for A/B and the tests).
+  const char* env = std::getenv("H3D_STREAM_FIRST_LAYER");
+  if (env && std::string(env) == "0") return false;
+  if (input_grad_needed_ || deterministic_ || o_.stride != 1 || pool.kind() != PoolKind::kAvg || !pool_out.spatial)
+    return false;
+  const Window1D conv = make_window(o_.kernel, o_.stride, o_.padding);
+  const Window1D both = ConvPoolStream::composed(conv, pool.window());
+  input_.plan(in_dist_, Window3D{both, both, both}, pool_out.dist, spatial_rank, 0.0f);
+  ConvPoolStream::Geometry g;
+  g.cin = o_.in_channels;
+  g.cout = o_.out_channels;
+  g.conv = conv;
+  g.pool = pool.window();
+  g.bias = o_.bias;
+  g.leaky_slope = fused_leaky_slope_;
+  g.own_out = pool_out.dist.box(spatial_rank);
+  g.padded_in = input_.padded_box();
+  const auto& e = out_dist_.extent();
+  g.conv_volume = Box{{Range{0, e[0]}, Range{0, e[1]}, Range{0, e[2]}}};
+  stream_ = std::make_unique<ConvPoolStream>();
+  stream_->plan(g);
+  stream_out_ext_ = g.own_out.extents();
+  return true;
 }
 
 ConvDesc Conv3d::desc(int64_t n) const {
@@ -53,6 +85,13 @@ ConvDesc Conv3d::desc(int64_t n) const {
 
 void Conv3d::forward_overlapped(StepContext& ctx, const Tensor& x, Tensor* consumable, Tensor& y) {
   n_ = x.dim(0);
+  if (stream_) {
+    const Tensor& xp = consumable ? input_.gather_consuming(ctx, *consumable) : input_.gather(ctx, x);
+    y.reshape_uninit({n_, o_.out_channels, stream_out_ext_[0], stream_out_ext_[1], stream_out_ext_[2]});
+    stream_->forward(*ctx.backend, ctx.training, n_, xp.data(), weight_.value.data(),
+                     o_.bias ? bias_.value.data() : nullptr, y.data());
+    return;
+  }
   y.reshape_uninit({n_, o_.out_channels, out_ext_[0], out_ext_[1], out_ext_[2]});
   const ConvDesc d = desc(n_);
   const float* b = o_.bias ? bias_.value.data() : nullptr;
@@ -95,8 +134,17 @@ void Conv3d::backward_deterministic(StepContext& ctx, const Tensor& x, const Ten
   own_grad_.release();
 }
 
+void Conv3d::backward_streamed(StepContext& ctx, const Tensor& x, const Tensor& dy, Tensor& dx) {
+  stream_->backward(*ctx.backend, n_, input_.saved(x).data(), dy.data(), weight_.grad.data(),
+                    o_.bias ? bias_.grad.data() : nullptr);
+  input_.release();
+  stream_->release();
+  dx.release();
+}
+
 void Conv3d::backward(StepContext& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
   if (deterministic_) return backward_deterministic(ctx, x, dy, dx);
+  if (stream_) return backward_streamed(ctx, x, dy, dx);
   ConvDesc d = desc(n_);
   auto weight_grad = [&] {
     ctx.backend->conv3d_backward_weights(d, input_.saved(x).data(), dy.data(), weight_.grad.data(),

@@ -7,7 +7,11 @@
 // --deterministic: dw and db are summed exactly on fixed tiles, and dx is
 // computed on the own block from a halo of dy (layers/deterministic.hpp).
 #pragma once
+#include <memory>
+
+#include "hybrid3d/layers/conv_pool_stream.hpp"
 #include "hybrid3d/layers/deterministic.hpp"
+#include "hybrid3d/layers/pool3d.hpp"
 #include "hybrid3d/layers/window_layer.hpp"
 
 namespace h3d {
@@ -30,7 +34,10 @@ class Conv3d : public Layer {
   bool backward_reads_input() const override { return input_.trivial(); }
   bool backward_reads_output() const override { return false; }
   int64_t input_capacity_wish(int64_t n) const override { return input_.input_capacity(n * o_.in_channels); }
-  void release_saved() override { input_.release(); }
+  void release_saved() override {
+    input_.release();
+    if (stream_) stream_->release();
+  }
   std::vector<Param*> params() override;
   const Conv3dOptions& options() const { return o_; }
   int64_t downsampling() const override { return o_.stride; }
@@ -42,12 +49,21 @@ class Conv3d : public Layer {
   }
   // The slope of the leaky ReLU this layer applies to its output; 0: none.
   float fused_leaky_slope() const { return fused_leaky_slope_; }
+  // Fusion (Network::setup): as the network's first layer, followed by an
+  // average pooling (through the leaky ReLU it absorbed), this layer may
+  // compute that pooling's output itself, slab by slab
+  // (layers/conv_pool_stream.hpp); `pool_out` is the pooling's output
+  // shape. Returns whether it does; the pooling then passes its input on.
+  // Not with --deterministic (its exact tile sums stay as they are).
+  bool stream_through(const Pool3d& pool, const ActShape& pool_out, int spatial_rank);
+  bool streams() const { return stream_ != nullptr; }
 
  private:
   ConvDesc desc(int64_t n) const;
   // The forward of both entry points; x is consumed when `consumable` is x.
   void forward_overlapped(StepContext& ctx, const Tensor& x, Tensor* consumable, Tensor& y);
   void backward_deterministic(StepContext& ctx, const Tensor& x, const Tensor& dy, Tensor& dx);
+  void backward_streamed(StepContext& ctx, const Tensor& x, const Tensor& dy, Tensor& dx);
   Conv3dOptions o_;
   Param weight_, bias_;
   PaddedInput input_;
@@ -56,6 +72,9 @@ class Conv3d : public Layer {
   OwnInputGrad own_grad_;
   ExactSum weight_sum_;
   std::array<int64_t, 3> out_ext_{}, in_ext_{};
+  Distribution in_dist_, out_dist_;
+  std::unique_ptr<ConvPoolStream> stream_;
+  std::array<int64_t, 3> stream_out_ext_{};  // the pooling's output block, when streaming
   int64_t n_ = 0;  // samples of the last forward
   float fused_leaky_slope_ = 0.0f;
 };

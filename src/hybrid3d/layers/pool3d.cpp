@@ -29,6 +29,7 @@ ActShape Pool3d::setup(const ActShape& in, const ProcessGrid& grid) {
                                                     "padding), which this mode does not support");
     own_grad_.plan(in.dist, w, out.dist, grid.spatial_rank(), name_);
   }
+  pass_through_ = false;
   pad_in_kernel_ = kind_ == PoolKind::kAvg && !in.deterministic && input_.padding_only();
   out_ext_ = out.dist.box(grid.spatial_rank()).extents();
   in_ext_ = in.dist.box(grid.spatial_rank()).extents();
@@ -60,17 +61,29 @@ void Pool3d::run_forward(StepContext& ctx, const Tensor& xp, Tensor& y) {
 }
 
 void Pool3d::forward(StepContext& ctx, const Tensor& x, Tensor& y) {
+  if (pass_through_) {
+    y = x;
+    return;
+  }
   n_ = x.dim(0);
   run_forward(ctx, pad_in_kernel_ ? x : input_.gather(ctx, x), y);
 }
 
 void Pool3d::forward_consuming(StepContext& ctx, Tensor& x, Tensor& y) {
+  if (pass_through_) {
+    y = std::move(x);
+    return;
+  }
   n_ = x.dim(0);
   run_forward(ctx, pad_in_kernel_ ? x : input_.gather_consuming(ctx, x), y);
   x.release();
 }
 
 void Pool3d::backward(StepContext& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
+  if (pass_through_) {
+    dx = dy;
+    return;
+  }
   if (own_block_grad_) {  // average pooling: no values needed
     const Tensor& g = own_grad_.gather(ctx, dy);
     dx.reshape_uninit({n_, channels_, in_ext_[0], in_ext_[1], in_ext_[2]});
@@ -96,8 +109,16 @@ bool Pool3d::windows_tile_input() const {
   return true;
 }
 
+void Pool3d::backward_consuming(StepContext& ctx, const Tensor& x, const Tensor& y, Tensor& dy, Tensor& dx) {
+  if (pass_through_) {
+    dx = std::move(dy);
+    return;
+  }
+  Layer::backward_consuming(ctx, x, y, dy, dx);
+}
+
 void Pool3d::backward_consuming_input(StepContext& ctx, Tensor& x, const Tensor& y, Tensor& dy, Tensor& dx) {
-  if (!windows_tile_input() || x.empty()) return backward_consuming(ctx, x, y, dy, dx);
+  if (pass_through_ || !windows_tile_input() || x.empty()) return backward_consuming(ctx, x, y, dy, dx);
   dx = std::move(x);
   ctx.backend->pool3d_backward(desc(n_), dx.data(), dy.data(), dx.data());
   dy.release();

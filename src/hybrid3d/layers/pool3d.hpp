@@ -23,13 +23,17 @@ class Pool3d : public Layer {
   // written (the backends allow it, backend.hpp). Cosmoflow's first pooling
   // then takes no new buffer of its input's size at the step's peak.
   void backward_consuming_input(StepContext& ctx, Tensor& x, const Tensor& y, Tensor& dy, Tensor& dx) override;
+  void backward_consuming(StepContext& ctx, const Tensor& x, const Tensor& y, Tensor& dy, Tensor& dx) override;
   // Average pooling's gradient needs no values; max pooling finds its
   // maxima again in the input (its padded copy, or x itself).
-  bool backward_reads_input() const override { return kind_ == PoolKind::kMax && input_.trivial(); }
+  bool backward_reads_input() const override {
+    return !pass_through_ && kind_ == PoolKind::kMax && input_.trivial();
+  }
   bool backward_reads_output() const override { return false; }
   int64_t input_capacity_wish(int64_t n) const override {
-    return pad_in_kernel_ ? 0 : input_.input_capacity(n * channels_);
+    return pad_in_kernel_ || pass_through_ ? 0 : input_.input_capacity(n * channels_);
   }
+  bool in_place() const override { return pass_through_; }
   void release_saved() override { input_.release(); }
   // Max pooling whose windows tile its own block: its backward finds each
   // window's maximum in x, the ReLU's output, and applies the ReLU's
@@ -40,6 +44,12 @@ class Pool3d : public Layer {
     return true;
   }
   int64_t downsampling() const override { return w_.s; }
+  PoolKind kind() const { return kind_; }
+  const Window1D& window() const { return w_; }
+  // The convolution before computes this pooling's output itself
+  // (Conv3d::stream_through): forward passes its input on, backward its
+  // gradient.
+  void set_pass_through() { pass_through_ = true; }
 
  private:
   PoolDesc desc(int64_t n) const;
@@ -56,6 +66,7 @@ class Pool3d : public Layer {
   // Not with --deterministic, whose paths stay as they were.
   bool pad_in_kernel_ = false;
   float relu_grad_slope_ = -1.0f;  // >= 0: the ReLU before it, fused (absorb_relu_grad)
+  bool pass_through_ = false;
   OwnInputGrad own_grad_;
   std::array<int64_t, 3> out_ext_{}, in_ext_{};
   int64_t n_ = 0;  // samples of the last forward

@@ -27,8 +27,12 @@ class PaddedInput {
   // No halo and no padding: the kernel reads x itself.
   bool trivial() const { return halo_.trivial(); }
   // Padding at the global edge and no halo from neighbours: a kernel that
-  // pads by itself may read x (padding_lo/hi() cells on each side).
-  bool padding_only() const { return !halo_.trivial() && halo_.halo_messages() == 0; }
+  // pads by itself may read x (padding_lo/hi() cells on each side). Not
+  // where the windows leave the block's last cells unread (a 2^3 stride-2
+  // pooling of an odd extent): the padded box is then cut, not padded.
+  bool padding_only() const {
+    return !halo_.trivial() && halo_.halo_messages() == 0 && halo_.padded_box().contains(halo_.own_box());
+  }
   std::array<int, 3> padding_lo() const { return side(true); }
   std::array<int, 3> padding_hi() const { return side(false); }
   // Returns the tensor the kernel reads: x itself, or the padded copy.
@@ -112,6 +116,8 @@ class PaddedInput {
   // `all` minus `inner` (inside it) as at most six disjoint boxes.
   static std::vector<Box> around(const Box& all, const Box& inner);
   std::array<int64_t, 3> padded_extents() const { return halo_.padded_box().extents(); }
+  // The cells the kernel reads (global coordinates; may reach outside the volume).
+  const Box& padded_box() const { return halo_.padded_box(); }
   void release() { padded_.release(); }
 
  private:

@@ -6,6 +6,7 @@
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/core/profiler.hpp"
 #include "hybrid3d/layers/activation.hpp"
+#include "hybrid3d/layers/conv3d.hpp"
 #include "hybrid3d/layers/deterministic.hpp"
 
 namespace h3d {
@@ -32,12 +33,28 @@ void Network::setup(const ActShape& input, const ProcessGrid& grid) {
       act->set_grad_absorbed(layers_[i + 1]->absorb_relu_grad(act->relu_grad_slope()));
   acts_.assign(layers_.size(), Tensor());
   if (!layers_.empty()) layers_.front()->set_input_grad_needed(false);
+  stream_first_layers(grid);
   fwd_names_.clear();
   bwd_names_.clear();
   for (auto& l : layers_) {
     fwd_names_.push_back(l->name() + ".forward");
     bwd_names_.push_back(l->name() + ".backward");
   }
+}
+
+void Network::stream_first_layers(const ProcessGrid& grid) {
+  auto* conv = layers_.empty() ? nullptr : dynamic_cast<Conv3d*>(layers_[0].get());
+  if (!conv) return;
+  size_t j = 1;
+  auto* act = j < layers_.size() ? dynamic_cast<Activation*>(layers_[j].get()) : nullptr;
+  if (act) {
+    if (!act->absorbed()) return;  // the convolution does not apply it
+    ++j;
+  }
+  auto* pool = j < layers_.size() ? dynamic_cast<Pool3d*>(layers_[j].get()) : nullptr;
+  if (!pool || !conv->stream_through(*pool, shapes_[j], grid.spatial_rank())) return;
+  if (act) act->set_grad_absorbed(true);  // the stream applies its gradient from its own sign bits
+  pool->set_pass_through();
 }
 
 bool Network::kept_for_backward(int64_t i) const {
@@ -59,10 +76,12 @@ const Tensor& Network::forward(StepContext& ctx, Tensor x,
     out.set_allocator(ctx.backend->allocator());  // activations live where the backend's kernels run
     if (!(consume && l.in_place())) {
       // Room for the next window layer to grow this output into its padded
-      // copy, also through one pointwise layer in between (conv-act-pool).
+      // copy, also through the in-place layers in between (conv-act-pool).
       int64_t wish = 0;
-      for (int64_t j = i + 1; j <= std::min(i + 2, L - 1); ++j)
+      for (int64_t j = i + 1; j < L; ++j) {
         wish = std::max(wish, layers_[size_t(j)]->input_capacity_wish(n));
+        if (!layers_[size_t(j)]->in_place()) break;
+      }
       out.reserve(wish);
     }
     ProfileScope timed(fwd_names_[size_t(i)].c_str());

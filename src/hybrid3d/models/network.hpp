@@ -63,6 +63,10 @@ class Network {
   std::string summary() const;
 
  private:
+  // Fusion: the first convolution computes the average pooling after it
+  // (through the leaky ReLU it absorbed) slab by slab, so that its own
+  // output never exists whole (layers/conv_pool_stream.hpp).
+  void stream_first_layers(const ProcessGrid& grid);
   // Whether backward reads the output of layer i (i = -1: the input).
   bool kept_for_backward(int64_t i) const;
   Tensor& act(int64_t i) { return i < 0 ? x_ : acts_[size_t(i)]; }

@@ -1,0 +1,95 @@
+// ConvPoolStream: the first layer's convolution (with the leaky ReLU it
+// absorbed) and the average pooling after it, run slab by slab along D, so
+// that the convolution's output never exists whole. That output is the
+// largest activation of the CosmoFlow networks (16 or 32 channels at the
+// input's full resolution: 1 GiB per rank for cosmoflow-lbann 512^3 on 8
+// ranks); streamed, a rank holds one slab of it (ConvPoolStream::kSlabBytes).
+//
+// Forward, per sample and per slab of the pooling's output planes: the
+// convolution computes the rows those outputs' windows read, from the
+// input's padded copy, whose halo is the two windows composed (composed());
+// conv rows outside the volume are the pooling's zero padding; the pooling
+// then writes the slab's outputs. In training one sign bit per conv output
+// of the slab is kept for the ReLU's gradient.
+//
+// Backward, per slab: the pooling's gradient spread onto the slab's conv
+// rows, the ReLU's slope where the sign bit is clear, and the weight (and
+// bias) gradient of the slab, summed over slabs and samples in double. Conv
+// rows that two slabs, or two ranks, share get from each the share of the
+// pooling outputs it owns: the weight gradient is linear in the conv
+// output's gradient, so the sum of these partial weight gradients (over
+// slabs here, over ranks in the gradient allreduce) is the sum over each
+// row's complete gradient, and no gradient halo is sent back. The input's
+// gradient is not computed (the network's first layer only).
+//
+// Only the backend's own kernels run here (conv3d_forward on a slab,
+// pool3d_forward/backward, sign_mask, masked_slope_backward,
+// conv3d_backward_weights, copy_box, fill_outside), so every backend runs it.
+#pragma once
+#include <vector>
+
+#include "hybrid3d/backend/backend.hpp"
+#include "hybrid3d/core/tensor.hpp"
+#include "hybrid3d/parallel/distribution.hpp"
+
+namespace h3d {
+
+class ConvPoolStream {
+ public:
+  // A slab's conv output holds about this many bytes, or a sixteenth of
+  // the sample's conv output if that is more (fewer slabs: fewer conv rows
+  // computed twice where the windows of two slabs overlap), and at least
+  // one plane of the pooling's output.
+  static constexpr int64_t kSlabBytes = int64_t(32) << 20;
+  // What the convolution and pooling of one rank look like (boxes in global
+  // coordinates; the same window along each axis).
+  struct Geometry {
+    int64_t cin = 1, cout = 1;
+    Window1D conv, pool;  // conv: stride 1
+    bool bias = false;
+    float leaky_slope = 0.0f;  // > 0: the absorbed leaky ReLU; 0: none
+    Box own_out;               // the pooling's output block of this rank
+    Box padded_in;             // the input box the convolution reads (composed window)
+    Box conv_volume;           // [0, extent) of the convolution's output
+    int64_t slab_bytes = kSlabBytes;  // see kSlabBytes (the tests take smaller slabs)
+  };
+  // The window of the pooling over the convolution, seen from the input.
+  static Window1D composed(const Window1D& conv, const Window1D& pool);
+
+  void plan(const Geometry& g);
+  // xp: [n, cin, padded_in]; y: [n, cout, own_out] (written).
+  void forward(Backend& be, bool training, int64_t n, const float* xp, const float* w, const float* b, float* y);
+  // dy: [n, cout, own_out]; dw, db (may be null) are overwritten with this
+  // rank's partial sums. Reads the sign bits of the last training forward.
+  void backward(Backend& be, int64_t n, const float* xp, const float* dy, float* dw, float* db);
+  void release() { mask_.release(); }
+  int64_t slabs() const { return int64_t(slab_out_.size()); }
+
+ private:
+  struct Slab {
+    Box out;    // its pooling outputs
+    Box conv;   // the conv outputs their windows read
+    Box in;     // the input cells those read
+    int64_t mask_words = 0;
+  };
+  Slab slab(int64_t t) const;
+  // The slab's buffers, shaped (their capacity is kept from slab to slab).
+  void shape_buffers(const Slab& s);
+  ConvDesc conv_desc(const Slab& s) const;
+  PoolDesc pool_desc(const Slab& s) const;
+  // One slab (the whole block) reads the padded input and writes the
+  // output where they are; slabs copy their part in and out.
+  bool whole_input(const Slab& s) const { return s.in == g_.padded_in; }
+  bool whole_output(const Slab& s) const { return s.out == g_.own_out; }
+  // One sample's input cells of slab s: xp_sample itself, or their copy in xs_.
+  const float* slab_input(Backend& be, const float* xp_sample, const Slab& s);
+  uint64_t* mask_at(int64_t sample, int64_t t);
+
+  Geometry g_;
+  std::vector<Range> slab_out_;       // pooling output rows (D) of each slab
+  std::vector<int64_t> mask_offset_;  // words, per slab, within one sample
+  int64_t mask_words_per_sample_ = 0;
+  Tensor xs_, cs_, ps_, mask_;  // the slab's input, conv output, pooling output; the sign bits
+};
+
+}  // namespace h3d
