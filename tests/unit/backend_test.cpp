@@ -6,6 +6,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <tuple>
@@ -60,20 +61,27 @@ TEST_P(ConvBackends, CpuMatchesReference) {
   Tensor x = rnd({d.n, d.cin, d.in[0], d.in[1], d.in[2]}, 1), wt = rnd({d.cout, d.cin, c.k, c.k, c.k}, 2),
          b = rnd({d.cout}, 3), dy = rnd({d.n, d.cout, d.out[0], d.out[1], d.out[2]}, 4);
   RefBackend ref;
-  for (auto& owned : backends_under_test()) {
-    Backend& be = *owned;  // the backend under test
-    Tensor y1(dy.shape()), y2(dy.shape()), dx1(x.shape()), dx2(x.shape()), dw1(wt.shape()), dw2(wt.shape()),
-        db1({d.cout}), db2({d.cout});
-    ref.conv3d_forward(d, x.data(), wt.data(), b.data(), y1.data());
-    be.conv3d_forward(d, x.data(), wt.data(), b.data(), y2.data());
-    EXPECT_LT(test::rel_diff(y2, y1), test::kTol);
-    ref.conv3d_backward_data(d, dy.data(), wt.data(), dx1.data());
-    be.conv3d_backward_data(d, dy.data(), wt.data(), dx2.data());
-    EXPECT_LT(test::rel_diff(dx2, dx1), test::kTol);
-    ref.conv3d_backward_weights(d, x.data(), dy.data(), dw1.data(), db1.data());
-    be.conv3d_backward_weights(d, x.data(), dy.data(), dw2.data(), db2.data());
-    EXPECT_LT(test::rel_diff(dw2, dw1), test::kTol);
-    if (c.bias) EXPECT_LT(test::rel_diff(db2, db1), test::kTol);
+  Tensor y1(dy.shape()), dx1(x.shape()), dw1(wt.shape()), db1({d.cout});
+  ref.conv3d_forward(d, x.data(), wt.data(), b.data(), y1.data());
+  ref.conv3d_backward_data(d, dy.data(), wt.data(), dx1.data());
+  ref.conv3d_backward_weights(d, x.data(), dy.data(), dw1.data(), db1.data());
+  // Each backend as it runs these shapes, and with staging buffers of one
+  // byte (cpu: forward and backward-data in slabs of one plane along D).
+  for (const bool thin : {false, true}) {
+    if (thin) ::setenv("H3D_CONV_STAGING_BYTES", "1", 1);
+    for (auto& owned : backends_under_test()) {
+      Backend& be = *owned;  // the backend under test
+      const std::string what = be.name() + (thin ? ", slabs of one plane" : "");
+      Tensor y2(dy.shape()), dx2(x.shape()), dw2(wt.shape()), db2({d.cout});
+      be.conv3d_forward(d, x.data(), wt.data(), b.data(), y2.data());
+      EXPECT_LT(test::rel_diff(y2, y1), test::kTol) << what;
+      be.conv3d_backward_data(d, dy.data(), wt.data(), dx2.data());
+      EXPECT_LT(test::rel_diff(dx2, dx1), test::kTol) << what;
+      be.conv3d_backward_weights(d, x.data(), dy.data(), dw2.data(), db2.data());
+      EXPECT_LT(test::rel_diff(dw2, dw1), test::kTol) << what;
+      if (c.bias) EXPECT_LT(test::rel_diff(db2, db1), test::kTol) << what;
+    }
+    ::unsetenv("H3D_CONV_STAGING_BYTES");
   }
 }
 

@@ -14,7 +14,9 @@
 // kReductionPoints output points each, and the slabs' partial gradients are
 // summed in double, which is also how a big volume gets small staging
 // buffers. Forward splits large outputs (and regions) the same way, into
-// slabs of at most kMaxStagingBytes of output.
+// slabs of at most max_staging_bytes() of output, and backward-data large
+// input gradients into slabs of input planes (each with the output planes
+// whose windows touch it) of about as much staging.
 //
 // The first layer (4 input channels, or 1), stride 1, runs forward and
 // backward-weights on our own AVX-512 kernels where the CPU has them
@@ -28,6 +30,7 @@
 // slabs' staging reorders count). So that pass takes NDHWC for those two
 // arguments; the staging reorders them like any other.
 #include <algorithm>
+#include <cstdlib>
 #include <dnnl.hpp>
 #include <vector>
 
@@ -60,7 +63,12 @@ int64_t scratchpad_floats(const memory::desc& scratch) {
 constexpr int64_t kReductionPoints = 4096;
 // Input channels up to which backward-weights runs on channels-last layouts.
 constexpr int64_t kFewChannels = 4;
-constexpr int64_t kMaxStagingBytes = int64_t(32) << 20;
+// 32 MiB; H3D_CONV_STAGING_BYTES sets another limit (the tests take slabs
+// of one plane on small shapes).
+int64_t max_staging_bytes() {
+  const char* env = std::getenv("H3D_CONV_STAGING_BYTES");
+  return env ? std::max<int64_t>(1, std::atoll(env)) : int64_t(32) << 20;
+}
 
 // Ranges of output planes along D, each as a convolution of its own.
 struct DSlab {
@@ -68,6 +76,45 @@ struct DSlab {
   std::array<int64_t, 3> in_origin;
   int64_t out0;  // first output plane
 };
+
+// Ranges of input planes along D, each with the output planes whose windows
+// touch it, as a convolution of its own (backward data). Empty: one call.
+struct InSlab {
+  ConvDesc desc;
+  int64_t in0, out0;  // first input and output plane
+};
+std::vector<InSlab> in_slabs(const ConvDesc& d) {
+  std::vector<InSlab> slabs;
+  // Slabs only where every input plane lies under some window (the
+  // windows cover the input exactly, and no stride skips a plane): then
+  // each slab is a convolution with non-negative padding.
+  const int64_t reach = d.in[0] + d.pad_lo[0] + d.pad_hi[0] - d.k[0];
+  if (d.k[0] < d.stride[0] || reach < 0 || reach % d.stride[0] != 0) return slabs;
+  const int64_t plane_bytes = d.n * (d.cin * d.in[1] * d.in[2] + d.cout * d.out[1] * d.out[2] / d.stride[0]) *
+                              int64_t(sizeof(float));
+  const int64_t planes = std::max<int64_t>(1, max_staging_bytes() / std::max<int64_t>(1, plane_bytes));
+  if (planes >= d.in[0]) return slabs;
+  // The outputs whose windows [o * s - p_lo, + k) touch input planes [lo, hi).
+  auto floor_div = [](int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); };
+  auto touching = [&](const Range& i) {
+    return Range{std::max<int64_t>(0, floor_div(i.lo + d.pad_lo[0] - d.k[0], d.stride[0]) + 1),
+                 std::min(d.out[0], floor_div(i.hi - 1 + d.pad_lo[0], d.stride[0]) + 1)};
+  };
+  for (int64_t a = 0; a < d.in[0]; a += planes) {
+    const Range in{a, std::min(d.in[0], a + planes)};
+    const Range out = touching(in);
+    InSlab sl{d, in.lo, out.lo};
+    sl.desc.in[0] = in.size();
+    sl.desc.out[0] = out.size();
+    // Output j of the slab is output out.lo + j of d, whose window starts
+    // at input (out.lo + j) * s - p_lo, the slab's input (that - in.lo).
+    sl.desc.pad_lo[0] = int(d.pad_lo[0] + in.lo - out.lo * d.stride[0]);
+    sl.desc.pad_hi[0] = int((out.size() - 1) * d.stride[0] + d.k[0] - in.size() - sl.desc.pad_lo[0]);
+    if (out.empty() || sl.desc.pad_lo[0] < 0 || sl.desc.pad_hi[0] < 0) return {};  // not a convolution: one call
+    slabs.push_back(sl);
+  }
+  return slabs;
+}
 
 std::vector<DSlab> d_slabs(const ConvDesc& d) {
   const int64_t per_plane = d.n * d.out[1] * d.out[2];
@@ -257,7 +304,7 @@ void CpuBackend::conv3d_forward(const ConvDesc& d, const float* x, const float* 
     return;
   }
   const int64_t plane_bytes = d.n * d.cout * d.out[1] * d.out[2] * int64_t(sizeof(float));
-  if (plane_bytes * d.out[0] > kMaxStagingBytes) {
+  if (plane_bytes * d.out[0] > max_staging_bytes()) {
     conv3d_forward_region(d, x, w, b, y, Box{{Range{0, d.out[0]}, Range{0, d.out[1]}, Range{0, d.out[2]}}});
     return;
   }
@@ -272,7 +319,7 @@ void CpuBackend::conv3d_forward_region(const ConvDesc& d, const float* x, const 
   // A large region goes in slabs along D, so that its staging copy (in the
   // blocked layout) never doubles the biggest activation of the network.
   const int64_t plane_bytes = d.n * d.cout * region.r[1].size() * region.r[2].size() * int64_t(sizeof(float));
-  const int64_t planes = std::max<int64_t>(1, kMaxStagingBytes / plane_bytes);
+  const int64_t planes = std::max<int64_t>(1, max_staging_bytes() / plane_bytes);
   for (int64_t o0 = region.r[0].lo; o0 < region.r[0].hi; o0 += planes) {
     Box slab = region;
     slab.r[0] = Range{o0, std::min(region.r[0].hi, o0 + planes)};
@@ -286,13 +333,33 @@ void CpuBackend::conv3d_forward_region(const ConvDesc& d, const float* x, const 
   }
 }
 
+namespace {
+
+// One backward-data call of (a view of) a convolution.
+template <typename Prims>
+void backward_data_once(Prims& p, const dnnl::engine& eng, dnnl::stream& s, const float* dy, const float* w,
+                        float* dx) {
+  run_staged(p.bwd_data(), eng, s, {DNNL_ARG_DIFF_DST, &p.d_ddst}, dy, {DNNL_ARG_WEIGHTS, &p.d_wei}, w,
+             {DNNL_ARG_DIFF_SRC, &p.d_dsrc}, dx, p.d_scratch);
+}
+
+}  // namespace
+
 void CpuBackend::conv3d_backward_data(const ConvDesc& d, const float* dy, const float* w, float* dx) {
-  auto& p = impl_->conv(d);
   auto& eng = impl_->eng;
   auto& s = impl_->strm;
+  const std::vector<InSlab> slabs = in_slabs(d);
   dnnl_call("convolution backward data", [&] {
-    run_staged(p.bwd_data(), eng, s, {DNNL_ARG_DIFF_DST, &p.d_ddst}, dy, {DNNL_ARG_WEIGHTS, &p.d_wei}, w,
-               {DNNL_ARG_DIFF_SRC, &p.d_dsrc}, dx, p.d_scratch);
+    if (slabs.empty()) return backward_data_once(impl_->conv(d), eng, s, dy, w, dx);
+    // A large input gradient goes in slabs along D, so that the staging
+    // copies of dy and dx (in the blocked layouts) never double the
+    // network's biggest activations.
+    const Impl::ConvPrims& whole = impl_->conv(d);
+    const int64_t in_plane = d.in[1] * d.in[2], out_plane = d.out[1] * d.out[2];
+    for (const InSlab& sl : slabs) {
+      auto& p = impl_->conv(sl.desc, d.in, d.out, &whole);
+      backward_data_once(p, eng, s, dy + sl.out0 * out_plane, w, dx + sl.in0 * in_plane);
+    }
   });
 }
 
@@ -366,11 +433,18 @@ std::vector<int64_t> CpuBackend::conv3d_staging(const ConvDesc& whole, ConvPass 
   dnnl_call("convolution staging", [&] {
     if (pass == ConvPass::kForward) {  // the first slab, as conv3d_forward goes
       const int64_t plane_bytes = d.n * d.cout * d.out[1] * d.out[2] * int64_t(sizeof(float));
-      if (plane_bytes * d.out[0] > kMaxStagingBytes) {
-        const int64_t planes = std::max<int64_t>(1, kMaxStagingBytes / plane_bytes);
+      if (plane_bytes * d.out[0] > max_staging_bytes()) {
+        const int64_t planes = std::max<int64_t>(1, max_staging_bytes() / plane_bytes);
         std::array<int64_t, 3> o{};
         d = sub_convolution(whole, Box{{Range{0, std::min(planes, d.out[0])}, Range{0, d.out[1]}, Range{0, d.out[2]}}},
                             o);
+        src_parent = whole.in, dst_parent = whole.out;
+        like = conv_pds(impl_->eng, whole, {}, {}, "").fwd.impl_info_str();
+      }
+    } else if (pass == ConvPass::kBackwardData) {  // the first slab, as conv3d_backward_data goes
+      const std::vector<InSlab> slabs = in_slabs(whole);
+      if (!slabs.empty()) {
+        d = slabs[0].desc;
         src_parent = whole.in, dst_parent = whole.out;
         like = conv_pds(impl_->eng, whole, {}, {}, "").fwd.impl_info_str();
       }
