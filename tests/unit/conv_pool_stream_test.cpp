@@ -42,8 +42,8 @@ struct Case {
 };
 
 const Case kCases[] = {
-    {4, 3, Padding::kHalf, 3, 2, 1, true, true},   // cosmoflow-lbann's first layers
-    {1, 2, Padding::kSame, 2, 2, 0, true, true},   // windows that tile
+    {4, 3, Padding::kHalf, 3, 2, 1, true, true},    // cosmoflow-lbann's first layers
+    {1, 2, Padding::kSame, 2, 2, 0, true, true},    // windows that tile
     {3, 3, Padding::kValid, 3, 1, 1, false, true},  // stride-1 pooling, no conv padding
     {2, 1, Padding::kValid, 3, 2, 1, true, false},  // no ReLU
 };
@@ -95,20 +95,28 @@ Result run(Backend& be, const Case& c, bool stream) {
   return r;
 }
 
-TEST(ConvPoolStream, NetworkStreamedEqualsLayersApart) {
+// check(backend, case, what) on ref and cpu for every case; returns how many ran.
+template <typename Check>
+int for_each_backend_and_case(Check check) {
   int ran = 0;
   for (const char* backend : {"ref", "cpu"}) {
     std::unique_ptr<Backend> be = make_backend(backend);
     for (const Case& c : kCases) {
-      const std::string what = std::string(backend) + ": " + c.what();
-      const Result apart = run(*be, c, false), streamed = run(*be, c, true);
-      EXPECT_LT(test::rel_diff(streamed.y, apart.y), 1e-6) << what << ": output";
-      ASSERT_EQ(streamed.grads.size(), apart.grads.size()) << what;
-      for (size_t i = 0; i < apart.grads.size(); ++i)
-        EXPECT_LT(test::rel_diff(streamed.grads[i], apart.grads[i]), test::kTol) << what << ": gradient " << i;
+      check(*be, c, std::string(backend) + ": " + c.what());
       ++ran;
     }
   }
+  return ran;
+}
+
+TEST(ConvPoolStream, NetworkStreamedEqualsLayersApart) {
+  const int ran = for_each_backend_and_case([](Backend& be, const Case& c, const std::string& what) {
+    const Result apart = run(be, c, false), streamed = run(be, c, true);
+    EXPECT_LT(test::rel_diff(streamed.y, apart.y), 1e-6) << what << ": output";
+    ASSERT_EQ(streamed.grads.size(), apart.grads.size()) << what;
+    for (size_t i = 0; i < apart.grads.size(); ++i)
+      EXPECT_LT(test::rel_diff(streamed.grads[i], apart.grads[i]), test::kTol) << what << ": gradient " << i;
+  });
   EXPECT_EQ(ran, 2 * int(std::size(kCases)));
 }
 
@@ -116,54 +124,48 @@ TEST(ConvPoolStream, NetworkStreamedEqualsLayersApart) {
 // H all, W 1..5: halo before and after along D and W, the volume's edge
 // (the pooling's padding) along H.
 TEST(ConvPoolStream, SlabsOfOnePlaneEqualOneSlab) {
-  int ran = 0;
-  for (const char* backend : {"ref", "cpu"}) {
-    std::unique_ptr<Backend> be = make_backend(backend);
-    for (const Case& c : kCases) {
-      const std::string what = std::string(backend) + ": " + c.what();
-      ConvPoolStream::Geometry g;
-      g.cin = c.cin;
-      g.cout = kCout;
-      g.conv = make_window(c.conv_k, 1, c.conv_pad);
-      g.pool = Window1D{c.pool_k, c.pool_s, c.pool_p, c.pool_p};
-      g.bias = c.bias;
-      g.leaky_slope = c.leaky ? 0.2f : 0.0f;
-      const std::array<int64_t, 3> volume{12, 10, 11};
-      for (int d = 0; d < 3; ++d) {
-        g.conv_volume.r[size_t(d)] = Range{0, g.conv.out_extent(volume[size_t(d)])};
-        const int64_t out = g.pool.out_extent(g.conv_volume.r[size_t(d)].size());
-        g.own_out.r[size_t(d)] = d == 1 ? Range{0, out} : Range{std::min<int64_t>(2, out - 1), out - 1};
-        g.padded_in.r[size_t(d)] = ConvPoolStream::composed(g.conv, g.pool).needed(g.own_out.r[size_t(d)]);
-      }
-      const int64_t n = 2, weights = kCout * c.cin * c.conv_k * c.conv_k * c.conv_k;
-      const Tensor x = test::global_random(5, n, c.cin, g.padded_in, volume);
-      Tensor w({weights}), b({kCout});
-      for (int64_t i = 0; i < weights; ++i) w[i] = float(uniform01(6, 1, uint64_t(i)) - 0.5);
-      for (int64_t i = 0; i < kCout; ++i) b[i] = float(uniform01(6, 2, uint64_t(i)) - 0.5);
-      const auto oe = g.own_out.extents();
-      Tensor dy({n, kCout, oe[0], oe[1], oe[2]});
-      for (int64_t i = 0; i < dy.numel(); ++i) dy[i] = float(2 * uniform01(7, 1, uint64_t(i)) - 1);
-      Tensor y[2], dw[2], db[2];
-      int64_t slabs[2] = {};
-      for (int thin = 0; thin < 2; ++thin) {
-        g.slab_bytes = thin ? 1 : ConvPoolStream::kSlabBytes;
-        ConvPoolStream s;
-        s.plan(g);
-        slabs[thin] = s.slabs();
-        y[thin] = Tensor(dy.shape());
-        dw[thin] = Tensor({weights});
-        db[thin] = Tensor({kCout});
-        s.forward(*be, true, n, x.data(), w.data(), c.bias ? b.data() : nullptr, y[thin].data());
-        s.backward(*be, n, x.data(), dy.data(), dw[thin].data(), c.bias ? db[thin].data() : nullptr);
-      }
-      EXPECT_EQ(slabs[0], 1) << what;
-      EXPECT_EQ(slabs[1], oe[0]) << what;
-      EXPECT_LT(test::rel_diff(y[1], y[0]), 1e-6) << what << ": output";
-      EXPECT_LT(test::rel_diff(dw[1], dw[0]), test::kTol) << what << ": weight gradient";
-      if (c.bias) EXPECT_LT(test::rel_diff(db[1], db[0]), test::kTol) << what << ": bias gradient";
-      ++ran;
+  const int ran = for_each_backend_and_case([](Backend& be, const Case& c, const std::string& what) {
+    ConvPoolStream::Geometry g;
+    g.cin = c.cin;
+    g.cout = kCout;
+    g.conv = make_window(c.conv_k, 1, c.conv_pad);
+    g.pool = Window1D{c.pool_k, c.pool_s, c.pool_p, c.pool_p};
+    g.bias = c.bias;
+    g.leaky_slope = c.leaky ? 0.2f : 0.0f;
+    const std::array<int64_t, 3> volume{12, 10, 11};
+    for (int d = 0; d < 3; ++d) {
+      g.conv_volume.r[size_t(d)] = Range{0, g.conv.out_extent(volume[size_t(d)])};
+      const int64_t out = g.pool.out_extent(g.conv_volume.r[size_t(d)].size());
+      g.own_out.r[size_t(d)] = d == 1 ? Range{0, out} : Range{std::min<int64_t>(2, out - 1), out - 1};
+      g.padded_in.r[size_t(d)] = ConvPoolStream::composed(g.conv, g.pool).needed(g.own_out.r[size_t(d)]);
     }
-  }
+    const int64_t n = 2, weights = kCout * c.cin * c.conv_k * c.conv_k * c.conv_k;
+    const Tensor x = test::global_random(5, n, c.cin, g.padded_in, volume);
+    Tensor w({weights}), b({kCout});
+    for (int64_t i = 0; i < weights; ++i) w[i] = float(uniform01(6, 1, uint64_t(i)) - 0.5);
+    for (int64_t i = 0; i < kCout; ++i) b[i] = float(uniform01(6, 2, uint64_t(i)) - 0.5);
+    const auto oe = g.own_out.extents();
+    Tensor dy({n, kCout, oe[0], oe[1], oe[2]});
+    for (int64_t i = 0; i < dy.numel(); ++i) dy[i] = float(2 * uniform01(7, 1, uint64_t(i)) - 1);
+    Tensor y[2], dw[2], db[2];
+    int64_t slabs[2] = {};
+    for (int thin = 0; thin < 2; ++thin) {
+      g.slab_bytes = thin ? 1 : ConvPoolStream::kSlabBytes;
+      ConvPoolStream s;
+      s.plan(g);
+      slabs[thin] = s.slabs();
+      y[thin] = Tensor(dy.shape());
+      dw[thin] = Tensor({weights});
+      db[thin] = Tensor({kCout});
+      s.forward(be, true, n, x.data(), w.data(), c.bias ? b.data() : nullptr, y[thin].data());
+      s.backward(be, n, x.data(), dy.data(), dw[thin].data(), c.bias ? db[thin].data() : nullptr);
+    }
+    EXPECT_EQ(slabs[0], 1) << what;
+    EXPECT_EQ(slabs[1], oe[0]) << what;
+    EXPECT_LT(test::rel_diff(y[1], y[0]), 1e-6) << what << ": output";
+    EXPECT_LT(test::rel_diff(dw[1], dw[0]), test::kTol) << what << ": weight gradient";
+    if (c.bias) EXPECT_LT(test::rel_diff(db[1], db[0]), test::kTol) << what << ": bias gradient";
+  });
   EXPECT_EQ(ran, 2 * int(std::size(kCases)));
 }
 

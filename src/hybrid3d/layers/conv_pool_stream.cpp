@@ -26,7 +26,7 @@ void ConvPoolStream::plan(const Geometry& g) {
   const int64_t conv_h = g.pool.needed(o.r[1]).size(), conv_w = g.pool.needed(o.r[2]).size();
   const int64_t per_plane = g.cout * g.pool.s * conv_h * conv_w * int64_t(sizeof(float));
   const int64_t sample = g.cout * g.pool.needed(o.r[0]).size() * conv_h * conv_w * int64_t(sizeof(float));
-  const int64_t budget = g.slab_bytes == kSlabBytes ? std::max(kSlabBytes, sample / 16) : g.slab_bytes;
+  const int64_t budget = std::max(g.slab_bytes, sample / 16);
   const int64_t rows = std::clamp<int64_t>(budget / std::max<int64_t>(1, per_plane), 1, o.r[0].size());
   slab_out_.clear();
   mask_offset_.clear();

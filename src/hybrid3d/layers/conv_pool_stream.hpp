@@ -14,7 +14,8 @@
 //
 // Backward, per slab: the pooling's gradient spread onto the slab's conv
 // rows, the ReLU's slope where the sign bit is clear, and the weight (and
-// bias) gradient of the slab, summed over slabs and samples in double. Conv
+// bias) gradient of the slab, added up over slabs and samples (fp32, as
+// each slab's own sum is on the backend; the few partials add little). Conv
 // rows that two slabs, or two ranks, share get from each the share of the
 // pooling outputs it owns: the weight gradient is linear in the conv
 // output's gradient, so the sum of these partial weight gradients (over
@@ -36,10 +37,10 @@ namespace h3d {
 
 class ConvPoolStream {
  public:
-  // A slab's conv output holds about this many bytes, or a sixteenth of
-  // the sample's conv output if that is more (fewer slabs: fewer conv rows
-  // computed twice where the windows of two slabs overlap), and at least
-  // one plane of the pooling's output.
+  // A slab's conv output holds about Geometry::slab_bytes (this by
+  // default), or a sixteenth of the sample's conv output if that is more
+  // (fewer slabs: fewer conv rows computed twice where the windows of two
+  // slabs overlap), and at least one plane of the pooling's output.
   static constexpr int64_t kSlabBytes = int64_t(32) << 20;
   // What the convolution and pooling of one rank look like (boxes in global
   // coordinates; the same window along each axis).
@@ -51,7 +52,7 @@ class ConvPoolStream {
     Box own_out;               // the pooling's output block of this rank
     Box padded_in;             // the input box the convolution reads (composed window)
     Box conv_volume;           // [0, extent) of the convolution's output
-    int64_t slab_bytes = kSlabBytes;  // see kSlabBytes (the tests take smaller slabs)
+    int64_t slab_bytes = kSlabBytes;  // see kSlabBytes (the tests take one byte)
   };
   // The window of the pooling over the convolution, seen from the input.
   static Window1D composed(const Window1D& conv, const Window1D& pool);
