@@ -106,9 +106,13 @@ void ConvPoolStream::forward(Backend& be, bool training, int64_t n, const float*
     for (int64_t t = 0; t < slabs(); ++t) {
       const Slab s = slab(t);
       shape_buffers(s);
-      be.conv3d_forward(conv_desc(s), slab_input(be, xp + i * in_floats, s), w, b, cs_.data());
-      // Conv rows outside the volume are the pooling's padding.
-      be.fill_outside(cs_.data(), g_.cout, s.conv, s.conv.intersect(g_.conv_volume), 0.0f);
+      // Conv rows outside the volume are the pooling's padding: zeros, not
+      // computed (at 128^3, a row of 130 points instead of 128 costs the
+      // vectorised kernels a fifth more).
+      const Box inside = s.conv.intersect(g_.conv_volume);
+      be.conv3d_forward_region(conv_desc(s), slab_input(be, xp + i * in_floats, s), w, b, cs_.data(),
+                               inside.relative_to(s.conv));
+      be.fill_outside(cs_.data(), g_.cout, s.conv, inside, 0.0f);
       if (training && g_.leaky_slope > 0.0f) be.sign_mask(cs_.data(), mask_at(i, t), cs_.numel());
       float* y_i = y + i * out_floats;
       if (whole_output(s)) {
@@ -142,13 +146,14 @@ void ConvPoolStream::backward(Backend& be, int64_t n, const float* xp, const flo
       }
       be.pool3d_backward(pool_desc(s), nullptr, dy_i, cs_.data());
       if (g_.leaky_slope > 0.0f) {
-        H3D_CHECK(mask_.numel() >= 2 * n * mask_words_per_sample_, "ConvPoolStream: backward without a training forward");
+        H3D_CHECK(mask_.numel() >= 2 * n * mask_words_per_sample_,
+                  "ConvPoolStream: backward without a training forward");
         be.masked_slope_backward(mask_at(i, t), g_.leaky_slope, cs_.data(), cs_.data(), cs_.numel());
       }
       // The pooling's padding is no conv output: no gradient flows there.
       be.fill_outside(cs_.data(), g_.cout, s.conv, s.conv.intersect(g_.conv_volume), 0.0f);
-      be.conv3d_backward_weights(conv_desc(s), slab_input(be, xp + i * in_floats, s), cs_.data(), first ? dw : part_w.data(),
-                                 g_.bias ? (first ? db : part_b.data()) : nullptr);
+      be.conv3d_backward_weights(conv_desc(s), slab_input(be, xp + i * in_floats, s), cs_.data(),
+                                 first ? dw : part_w.data(), g_.bias ? (first ? db : part_b.data()) : nullptr);
       if (!first) {
         be.axpy(weights, 1.0f, part_w.data(), dw);
         if (g_.bias) be.axpy(g_.cout, 1.0f, part_b.data(), db);
