@@ -29,12 +29,6 @@ struct Box {
   }
   bool operator==(const Box& o) const { return r == o.r; }
   std::array<int64_t, 3> extents() const { return {r[0].size(), r[1].size(), r[2].size()}; }
-  // This box in the local indices of a buffer that holds `frame`.
-  Box relative_to(const Box& frame) const {
-    Box b = *this;
-    for (int d = 0; d < 3; ++d) b.r[d] = Range{r[d].lo - frame.r[d].lo, r[d].hi - frame.r[d].lo};
-    return b;
-  }
 };
 
 inline std::ostream& operator<<(std::ostream& os, const Box& b) {

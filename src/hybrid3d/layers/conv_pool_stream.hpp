@@ -8,12 +8,15 @@
 // Forward, per sample and per slab of the pooling's output planes: the
 // convolution computes the rows those outputs' windows read, from the
 // input's padded copy, whose halo is the two windows composed (composed());
-// conv rows outside the volume are the pooling's zero padding; the pooling
-// then writes the slab's outputs. In training one sign bit per conv output
-// of the slab is kept for the ReLU's gradient.
+// rows outside the volume are not computed: the pooling pads them with
+// zeros inside its kernel (bitwise as a padded copy), so the slab holds
+// only real conv outputs (at 128^3, rows of 128 points rather than 130,
+// which cost the vectorised kernels an eighth more). The pooling then
+// writes the slab's outputs. In training one sign bit per conv output of
+// the slab is kept for the ReLU's gradient.
 //
 // Backward, per slab: the pooling's gradient spread onto the slab's conv
-// rows, the ReLU's slope where the sign bit is clear, and the weight (and
+// outputs (its padding's share dropped), the ReLU's slope where the sign bit is clear, and the weight (and
 // bias) gradient of the slab, added up over slabs and samples (fp32, as
 // each slab's own sum is on the backend; the few partials add little). Conv
 // rows that two slabs, or two ranks, share get from each the share of the
@@ -25,7 +28,7 @@
 //
 // Only the backend's own kernels run here (conv3d_forward on a slab,
 // pool3d_forward/backward, sign_mask, masked_slope_backward,
-// conv3d_backward_weights, copy_box, fill_outside), so every backend runs it.
+// conv3d_backward_weights, copy_box), so every backend runs it.
 #pragma once
 #include <vector>
 
@@ -68,9 +71,10 @@ class ConvPoolStream {
 
  private:
   struct Slab {
-    Box out;    // its pooling outputs
-    Box conv;   // the conv outputs their windows read
-    Box in;     // the input cells those read
+    Box out;     // its pooling outputs
+    Box conv;    // the conv rows their windows read (outside the volume: the pooling's padding)
+    Box inside;  // those within the volume: the conv outputs computed
+    Box in;      // the input cells those read
     int64_t mask_words = 0;
   };
   Slab slab(int64_t t) const;
