@@ -10,15 +10,17 @@
 // input's padded copy, whose halo is the two windows composed (composed());
 // rows outside the volume are not computed: the pooling pads them with
 // zeros inside its kernel (bitwise as a padded copy), so the slab holds
-// only real conv outputs (at 128^3, rows of 128 points rather than 130,
-// which cost the vectorised kernels an eighth more). The pooling then
-// writes the slab's outputs. In training one sign bit per conv output of
-// the slab is kept for the ReLU's gradient.
+// only real conv outputs. (At 128^3 its rows are 128 points rather than
+// 130; the few-channel kernels step along W in whole vectors, so 130 cost
+// them a quarter more forward and an eighth more in backward-weights.)
+// The pooling then writes the slab's outputs. In training one sign bit per
+// conv output of the slab is kept for the ReLU's gradient.
 //
 // Backward, per slab: the pooling's gradient spread onto the slab's conv
-// outputs (its padding's share dropped), the ReLU's slope where the sign bit is clear, and the weight (and
-// bias) gradient of the slab, added up over slabs and samples (fp32, as
-// each slab's own sum is on the backend; the few partials add little). Conv
+// outputs (the padding's share dropped), the ReLU's slope where the sign
+// bit is clear, and the weight (and bias) gradient of the slab, added up
+// over slabs and samples (fp32, as each slab's own sum is on the backend;
+// the few partials add little). Conv
 // rows that two slabs, or two ranks, share get from each the share of the
 // pooling outputs it owns: the weight gradient is linear in the conv
 // output's gradient, so the sum of these partial weight gradients (over
