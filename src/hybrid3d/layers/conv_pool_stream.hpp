@@ -20,13 +20,13 @@
 // outputs (the padding's share dropped), the ReLU's slope where the sign
 // bit is clear, and the weight (and bias) gradient of the slab, added up
 // over slabs and samples (fp32, as each slab's own sum is on the backend;
-// the few partials add little). Conv
-// rows that two slabs, or two ranks, share get from each the share of the
-// pooling outputs it owns: the weight gradient is linear in the conv
-// output's gradient, so the sum of these partial weight gradients (over
-// slabs here, over ranks in the gradient allreduce) is the sum over each
-// row's complete gradient, and no gradient halo is sent back. The input's
-// gradient is not computed (the network's first layer only).
+// the few partials add little). Conv rows that two slabs, or two ranks,
+// share get from each the share of the pooling outputs it owns: the weight
+// gradient is linear in the conv output's gradient, so the sum of these
+// partial weight gradients (over slabs here, over ranks in the gradient
+// allreduce) is the sum over each row's complete gradient, and no gradient
+// halo is sent back. The input's gradient is not computed (the network's
+// first layer only).
 //
 // Only the backend's own kernels run here (conv3d_forward on a slab,
 // pool3d_forward/backward, sign_mask, masked_slope_backward,
