@@ -80,7 +80,7 @@ Result run(const Factory& make, const Comm& comm, std::array<int, 3> layout, con
   red.plan(grid, {layer->params()}, 256, Overlap::kOn, 1);
   red.ready(layer->params());
   red.finish();
-  for (auto* p : layer->params()) r.grads.push_back(p->grad);
+  for (auto* p : layer->params()) r.grads.push_back(test::whole(grid, *p, p->grad));
   return r;
 }
 

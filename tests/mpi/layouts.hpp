@@ -6,7 +6,9 @@
 #include <vector>
 
 #include "hybrid3d/core/tensor.hpp"
+#include "hybrid3d/layers/param_part.hpp"
 #include "hybrid3d/parallel/comm.hpp"
+#include "hybrid3d/parallel/process_grid.hpp"
 
 namespace h3d::test {
 
@@ -38,6 +40,21 @@ inline void bcast_tensor(const Comm& c, Tensor& t) {
   c.bcast(shape.data(), int64_t(nd * sizeof(int64_t)), 0);
   if (c.rank() != 0) t.resize(shape);
   c.bcast(t.data(), t.numel() * int64_t(sizeof(float)), 0);
+}
+
+// `t` (p's value or gradient on this rank) as the 1-rank run holds it: a
+// parameter held in parts (Param::part) made whole on every rank of the
+// group; any other, unchanged.
+inline Tensor whole(const ProcessGrid& grid, const Param& p, const Tensor& t) {
+  if (!p.part) return t;
+  const std::vector<float> w = gather_whole(grid.group(), p, t.data());
+  Tensor out;
+  if (grid.group().rank() == 0) {
+    out.resize(p.whole_shape());
+    std::copy(w.begin(), w.end(), out.data());
+  }
+  bcast_tensor(grid.group(), out);
+  return out;
 }
 
 }  // namespace h3d::test

@@ -24,9 +24,9 @@ Snapshot two_steps(const Comm& comm, TrainOptions o) {
   Snapshot s;
   s.loss[0] = float(t.train_step(0));
   s.output = t.last_output();
-  for (auto* p : t.network().params()) s.grads.push_back(p->grad);
+  for (auto* p : t.network().params()) s.grads.push_back(test::whole(t.grid(), *p, p->grad));
   s.loss[1] = float(t.train_step(1));
-  for (auto* p : t.network().params()) s.weights.push_back(p->value);
+  for (auto* p : t.network().params()) s.weights.push_back(test::whole(t.grid(), *p, p->value));
   t.check_replicas_identical();
   return s;
 }

@@ -50,8 +50,6 @@ const std::vector<std::string> kOps = {"conv3d_forward",
                                        "axpy",
                                        "add_bias_rows",
                                        "column_sums",
-                                       "gather_columns",
-                                       "scatter_columns",
                                        "concat_samples",
                                        "split_samples",
                                        "dropout",
@@ -418,8 +416,6 @@ TEST_P(BackendOps, EveryOpAgainstRef) {
   });
   const int64_t rows = 5, cols = 37;
   const auto mat = rnd(rows * cols, 22), bias = rnd(cols, 23);
-  const std::vector<int64_t> idx = {3, 0, 36, 17, 18, 5};
-  const int64_t cnt = int64_t(idx.size());
   check("add_bias_rows", [&] {
     auto a = mat, b = mat;
     ref.add_bias_rows(rows, cols, bias.data(), a.data());
@@ -430,19 +426,6 @@ TEST_P(BackendOps, EveryOpAgainstRef) {
     std::vector<float> a(static_cast<size_t>(cols)), b(static_cast<size_t>(cols));
     ref.column_sums(rows, cols, mat.data(), a.data());
     be.column_sums(rows, cols, mat.data(), b.data());
-    EXPECT_TRUE(same_bits(b, a));
-  });
-  check("gather_columns", [&] {
-    std::vector<float> a(size_t(rows * cnt)), b(a.size());
-    ref.gather_columns(rows, cols, mat.data(), idx.data(), cnt, a.data());
-    be.gather_columns(rows, cols, mat.data(), idx.data(), cnt, b.data());
-    EXPECT_TRUE(same_bits(b, a));
-  });
-  check("scatter_columns", [&] {
-    const auto src = rnd(rows * cnt, 24);
-    auto a = mat, b = mat;
-    ref.scatter_columns(rows, cnt, src.data(), idx.data(), cols, a.data());
-    be.scatter_columns(rows, cnt, src.data(), idx.data(), cols, b.data());
     EXPECT_TRUE(same_bits(b, a));
   });
   {

@@ -138,12 +138,6 @@ class Backend : public BoxKernels {
   virtual void add_bias_rows(int64_t rows, int64_t cols, const float* bias, float* y) = 0;
   // db[c] = sum over r of dy[r, c] (accumulated in double, in row order).
   virtual void column_sums(int64_t rows, int64_t cols, const float* dy, float* db) = 0;
-  // dst[r, j] = src[r, idx[j]] (src rows of src_cols floats, dst rows of count).
-  virtual void gather_columns(int64_t rows, int64_t src_cols, const float* src, const int64_t* idx, int64_t count,
-                              float* dst) = 0;
-  // dst[r, idx[j]] = src[r, j]; dst's other columns are left alone.
-  virtual void scatter_columns(int64_t rows, int64_t count, const float* src, const int64_t* idx, int64_t dst_cols,
-                               float* dst) = 0;
   // Per sample s of n: y[s] = [a[s] (a_len floats), b[s] (b_len floats)]
   // (a channel concatenation), and its inverse.
   virtual void concat_samples(int64_t n, int64_t a_len, const float* a, int64_t b_len, const float* b, float* y) = 0;

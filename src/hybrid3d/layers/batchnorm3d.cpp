@@ -9,8 +9,8 @@ namespace h3d {
 
 BatchNorm3d::BatchNorm3d(std::string name, int64_t channels, double momentum, double eps)
     : Layer(std::move(name)), c_(channels), momentum_(momentum), eps_(eps) {
-  gamma_ = {name_ + ".weight", Tensor({c_}, 1.0f), Tensor({c_}), GradReduce::kComplete};
-  beta_ = {name_ + ".bias", Tensor({c_}, 0.0f), Tensor({c_}), GradReduce::kComplete};
+  gamma_ = {name_ + ".weight", Tensor({c_}, 1.0f), Tensor({c_}), GradReduce::kComplete, nullptr};
+  beta_ = {name_ + ".bias", Tensor({c_}, 0.0f), Tensor({c_}), GradReduce::kComplete, nullptr};
   running_mean_ = {name_ + ".running_mean", Tensor({c_}, 0.0f), false};
   running_var_ = {name_ + ".running_var", Tensor({c_}, 1.0f), false};
   batches_ = {name_ + ".num_batches_tracked", Tensor({1}, 0.0f), true};

@@ -26,12 +26,29 @@ enum class GradReduce {
   kPartialSum,       // each rank holds a partial sum over its block/samples: sum over all ranks
   kGroupReplicated,  // identical on every rank of a group: sum over data groups only
   kComplete,         // already the global value (the layer reduced it itself)
+  kReplicaSum,       // a part (Param::part) summed over this group's samples: sum over the replicas only
+};
+
+// A parameter held in parts, one per rank of a spatial group (LBANN's
+// distributed fully connected layer): the whole is a [rows, cols] matrix,
+// and this rank holds the columns `columns` of it, in that order, as a
+// [rows, columns.size()] value and gradient. The parts of a group are
+// disjoint and cover the whole; every data group holds the same parts.
+struct ParamPart {
+  int64_t rows = 0, cols = 0;
+  std::vector<int64_t> columns;
 };
 
 struct Param {
   std::string name;  // PyTorch state_dict name
   Tensor value, grad;
   GradReduce reduce = GradReduce::kPartialSum;
+  std::shared_ptr<const ParamPart> part;  // null: the whole value on every rank
+  // The shape and size of the whole value (a checkpoint's tensor).
+  std::vector<int64_t> whole_shape() const {
+    return part ? std::vector<int64_t>{part->rows, part->cols} : value.shape();
+  }
+  int64_t whole_numel() const { return part ? part->rows * part->cols : value.numel(); }
 };
 
 // Non-trained state saved in checkpoints (batch-norm running statistics).

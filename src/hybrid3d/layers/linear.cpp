@@ -4,13 +4,14 @@
 
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/layers/deterministic.hpp"
+#include "hybrid3d/layers/param_part.hpp"
 
 namespace h3d {
 
 Linear::Linear(std::string name, int64_t in_features, int64_t out_features, uint64_t seed)
     : Layer(std::move(name)), in_(in_features), out_(out_features) {
-  weight_ = {name_ + ".weight", Tensor({out_, in_}), Tensor({out_, in_}), GradReduce::kGroupReplicated};
-  bias_ = {name_ + ".bias", Tensor({out_}), Tensor({out_}), GradReduce::kGroupReplicated};
+  weight_ = {name_ + ".weight", Tensor({out_, in_}), Tensor({out_, in_}), GradReduce::kGroupReplicated, nullptr};
+  bias_ = {name_ + ".bias", Tensor({out_}), Tensor({out_}), GradReduce::kGroupReplicated, nullptr};
   init_uniform_fan_in(weight_.value, in_, seed, weight_.name);
   init_uniform_fan_in(bias_.value, in_, seed, bias_.name);
 }
@@ -21,7 +22,6 @@ ActShape Linear::setup(const ActShape& in, const ProcessGrid& grid) {
   H3D_USAGE_CHECK(features == in_, "layer " << name_ << " expects " << in_ << " input features, but its input has "
                                             << features << " (check --input-size against the model)");
   if (spatial_) {
-    weight_.reduce = GradReduce::kPartialSum;
     Box b = in.dist.box(grid.spatial_rank());
     auto e = in.dist.extent();
     columns_.clear();
@@ -29,6 +29,7 @@ ActShape Linear::setup(const ActShape& in, const ProcessGrid& grid) {
       for (int64_t z = b.r[0].lo; z < b.r[0].hi; ++z)
         for (int64_t y = b.r[1].lo; y < b.r[1].hi; ++y)
           for (int64_t x = b.r[2].lo; x < b.r[2].hi; ++x) columns_.push_back(((c * e[0] + z) * e[1] + y) * e[2] + x);
+    hold_own_columns();
   }
   deterministic_ = in.deterministic;
   pieces_.clear();
@@ -56,26 +57,38 @@ ActShape Linear::setup(const ActShape& in, const ProcessGrid& grid) {
   return out;
 }
 
-namespace {
-double max_abs(const Tensor& t) {
-  double m = 0;
-  for (int64_t i = 0; i < t.numel(); ++i) m = std::max(m, double(std::fabs(t[i])));
-  return m;
+void Linear::hold_own_columns() {
+  // One rank's block is the whole volume, flattened in PyTorch's order: its
+  // columns are W's own, in order, and W stays whole.
+  weight_.reduce = GradReduce::kReplicaSum;
+  if (int64_t(columns_.size()) == in_) return;
+  H3D_CHECK(!weight_.part, "layer " << name_ << " is set up twice");
+  auto part = std::make_shared<ParamPart>();
+  part->rows = out_;
+  part->cols = in_;
+  part->columns = columns_;
+  weight_.part = part;
+  const int64_t f = int64_t(columns_.size());
+  Tensor value(weight_.value.allocator()), grad(weight_.grad.allocator());
+  value.reshape_uninit({out_, f});
+  grad.resize({out_, f});
+  take_part(weight_, weight_.value.data(), value.data());
+  weight_.value = std::move(value);
+  weight_.grad = std::move(grad);
 }
-}  // namespace
 
 void Linear::forward_deterministic(StepContext& ctx, const Tensor& x, Tensor& y) {
   const int64_t n = x.dim(0), f = x.numel() / std::max<int64_t>(n, 1);
   // Every |partial sum| <= in * max|W| * max|x| (maxima of the global values).
-  const double bound = double(in_) * max_abs(weight_.value) * global_max_abs(ctx.grid->world(), x.data(), x.numel());
+  const double bound = double(in_) * global_max_abs(ctx.grid->world(), weight_.value.data(), weight_.value.numel()) *
+                       global_max_abs(ctx.grid->world(), x.data(), x.numel());
   ExactSum acc(n * out_, bound);
   std::vector<float> xp, yp(static_cast<size_t>(out_));
   for (auto& p : pieces_) {
     const int64_t fp = int64_t(p.local.size());
     p.w.reshape_like({out_, fp});
     for (int64_t o = 0; o < out_; ++o)
-      for (int64_t j = 0; j < fp; ++j)
-        p.w[o * fp + j] = weight_.value[o * in_ + (spatial_ ? columns_[size_t(p.local[size_t(j)])] : p.local[size_t(j)])];
+      for (int64_t j = 0; j < fp; ++j) p.w[o * fp + j] = weight_.value[o * f + p.local[size_t(j)]];
     xp.resize(size_t(fp));
     for (int64_t s = 0; s < n; ++s) {
       for (int64_t j = 0; j < fp; ++j) xp[size_t(j)] = x[s * f + p.local[size_t(j)]];
@@ -122,33 +135,17 @@ void Linear::backward_deterministic(StepContext& ctx, const Tensor& x, const Ten
   }
   db.allreduce(replicas);
   db.values(bias_.grad.data());
+  // On a spatial input, this rank's columns of dW: they are complete once
+  // summed over the replicas (the group's ranks hold disjoint columns).
   dw.allreduce(replicas);
-  if (!spatial_) {
-    dw.values(weight_.grad.data());
-    return;
-  }
-  // The group's ranks hold disjoint columns: a float sum of them is exact.
-  weight_.grad.fill(0.0f);
-  for (int64_t o = 0; o < out_; ++o)
-    for (int64_t j = 0; j < f; ++j) weight_.grad[o * in_ + columns_[size_t(j)]] = float(dw.value(o * f + j));
-  ctx.grid->group().allreduce_sum(weight_.grad.data(), weight_.grad.numel());
-}
-
-const float* Linear::local_weight(Backend& backend) {
-  if (!spatial_) return weight_.value.data();
-  int64_t f = int64_t(columns_.size());
-  w_local_.set_allocator(backend.allocator());
-  w_local_.reshape_like({out_, f});
-  backend.gather_columns(out_, in_, weight_.value.data(), columns_.data(), f, w_local_.data());
-  return w_local_.data();
+  dw.values(weight_.grad.data());
 }
 
 void Linear::forward(StepContext& ctx, const Tensor& x, Tensor& y) {
   if (deterministic_) return forward_deterministic(ctx, x, y);
   int64_t n = x.dim(0), f = x.numel() / std::max<int64_t>(n, 1);
   y.reshape_like({n, out_});
-  ctx.backend->gemm(false, true, n, out_, f, 1.0f, x.data(), f, local_weight(*ctx.backend), f, 0.0f, y.data(),
-                    out_);
+  ctx.backend->gemm(false, true, n, out_, f, 1.0f, x.data(), f, weight_.value.data(), f, 0.0f, y.data(), out_);
   if (spatial_) ctx.grid->group().allreduce_sum(y.data(), y.numel());
   ctx.backend->add_bias_rows(n, out_, bias_.value.data(), y.data());
 }
@@ -156,19 +153,10 @@ void Linear::forward(StepContext& ctx, const Tensor& x, Tensor& y) {
 void Linear::backward(StepContext& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
   if (deterministic_) return backward_deterministic(ctx, x, dy, dx);
   int64_t n = x.dim(0), f = x.numel() / std::max<int64_t>(n, 1);
-  const float* w = spatial_ ? w_local_.data() : weight_.value.data();
   dx.reshape_like(x.shape());
-  ctx.backend->gemm(false, false, n, f, out_, 1.0f, dy.data(), out_, w, f, 0.0f, dx.data(), f);
+  ctx.backend->gemm(false, false, n, f, out_, 1.0f, dy.data(), out_, weight_.value.data(), f, 0.0f, dx.data(), f);
   ctx.backend->column_sums(n, out_, dy.data(), bias_.grad.data());
-  if (!spatial_) {
-    ctx.backend->gemm(true, false, out_, f, n, 1.0f, dy.data(), out_, x.data(), f, 0.0f, weight_.grad.data(), f);
-    return;
-  }
-  dw_local_.set_allocator(ctx.backend->allocator());
-  dw_local_.reshape_like({out_, f});
-  ctx.backend->gemm(true, false, out_, f, n, 1.0f, dy.data(), out_, x.data(), f, 0.0f, dw_local_.data(), f);
-  ctx.backend->fill(weight_.grad.data(), weight_.grad.numel(), 0.0f);
-  ctx.backend->scatter_columns(out_, f, dw_local_.data(), columns_.data(), in_, weight_.grad.data());
+  ctx.backend->gemm(true, false, out_, f, n, 1.0f, dy.data(), out_, x.data(), f, 0.0f, weight_.grad.data(), f);
 }
 
 }  // namespace h3d

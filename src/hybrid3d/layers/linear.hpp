@@ -3,12 +3,16 @@
 // On a dense input (the head) it is computed identically on every rank of
 // a spatial group, and its gradients are group-replicated.
 //
-// On a spatial input it is Flatten + Linear in one, by partial products:
-// each rank multiplies its own block (flattened in PyTorch's (C, D, H, W)
-// order, so its features are a scattered subset of the columns of W) by
-// those columns, and one allreduce of [n, out] over the group sums the
-// parts. No rank ever gathers the whole activation; dW gets disjoint column
-// blocks per rank (a partial sum), dx = dy W[:, own] needs no communication.
+// On a spatial input it is Flatten + Linear in one, by partial products
+// (LBANN's distributed fully connected layer): each rank multiplies its own
+// block (flattened in PyTorch's (C, D, H, W) order, so its features are a
+// scattered subset of the columns of W) by those columns, and one allreduce
+// of [n, out] over the group sums the parts. No rank ever gathers the whole
+// activation, and W is held in parts (Param::part): each rank keeps only
+// its own columns, so the weight, its gradient and its optimizer state
+// shrink with the group (an eighth on 8 ranks). dW = dy^T x of the own
+// columns is complete within the group (only the data groups' sums remain),
+// and dx = dy W[:, own] needs no communication.
 //
 // --deterministic: one sample at a time, and on a spatial input one fixed
 // tile at a time; the tiles' partial products, and dW and db over the
@@ -29,7 +33,8 @@ class Linear : public Layer {
   std::vector<Param*> params() override { return {&weight_, &bias_}; }
 
  private:
-  const float* local_weight(Backend& backend);  // W[:, own columns], contiguous
+  // Keeps only W[:, columns_] (a part, if the group has several ranks).
+  void hold_own_columns();
   void forward_deterministic(StepContext& ctx, const Tensor& x, Tensor& y);
   void backward_deterministic(StepContext& ctx, const Tensor& x, const Tensor& dy, Tensor& dx);
   // --deterministic: the input's features in pieces that are the same under
@@ -45,7 +50,6 @@ class Linear : public Layer {
   Param weight_, bias_;
   bool spatial_ = false;
   std::vector<int64_t> columns_;  // global flatten index of each local feature
-  Tensor w_local_, dw_local_;
 };
 
 }  // namespace h3d

@@ -144,7 +144,7 @@ std::string Network::summary() const {
   std::ostringstream os;
   int64_t nparams = 0;
   for (auto& l : layers_)
-    for (auto* p : const_cast<Layer&>(*l).params()) nparams += p->value.numel();
+    for (auto* p : const_cast<Layer&>(*l).params()) nparams += p->whole_numel();
   os << layers_.size() << " layers, " << nparams << " parameters, input " << input_.channels << "x"
      << input_.dist.describe();
   return os.str();

@@ -119,8 +119,6 @@ class DryBackend : public Backend {
   void axpy(int64_t n, float, const float*, float*) override { stream(3 * n); }
   void add_bias_rows(int64_t, int64_t, const float*, float*) override {}
   void column_sums(int64_t, int64_t, const float*, float*) override {}
-  void gather_columns(int64_t, int64_t, const float*, const int64_t*, int64_t, float*) override {}
-  void scatter_columns(int64_t, int64_t, const float*, const int64_t*, int64_t, float*) override {}
   void concat_samples(int64_t, int64_t, const float*, int64_t, const float*, float*) override {}
   void split_samples(int64_t, int64_t, int64_t, const float*, float*, float*) override {}
   void dropout(const DropoutDesc& d, const float*, float*) override {

@@ -15,7 +15,7 @@ std::vector<std::vector<Param*>> gradient_buckets(const std::vector<std::vector<
     bool first_layer_starts = l == 0;
     for (auto it = layers[l].rbegin(); it != layers[l].rend(); ++it) {
       Param* p = *it;
-      if (p->reduce == GradReduce::kComplete) continue;
+      if (p->reduce == GradReduce::kComplete || p->part) continue;
       H3D_CHECK(p->grad.numel() < std::numeric_limits<int>::max(),
                 "parameter " << p->name << " is too large for one MPI allreduce");
       const bool full = floats > 0 && (floats + p->grad.numel()) * int64_t(sizeof(float)) > bucket_bytes;

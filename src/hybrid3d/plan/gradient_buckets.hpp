@@ -10,8 +10,9 @@
 
 namespace h3d {
 
-// Buckets of about `bucket_bytes` of the gradients that need reducing (all
-// but GradReduce::kComplete), in the order backward finishes them: the last
+// Buckets of about `bucket_bytes` of the gradients that need reducing over
+// the world (all but GradReduce::kComplete and those held in parts, which
+// are summed over the replicas alone), in the order backward finishes them: the last
 // layer first, as PyTorch's DDP does. The first layer's gradients get a
 // bucket of their own: everything else is on its way while its (long)
 // backward runs. `layers`: each layer's parameters, in network order.

@@ -98,19 +98,24 @@ RankReplay replay_rank(const MemoryRequest& r, int rank) {
 
   RankReplay out_replay;
   MemoryEstimate& e = out_replay.memory;
-  int64_t weights = 0;  // floats
-  for (const Param* p : net.params()) weights += p->value.numel();
+  // floats: the flat vector of the replicated weights, and the parameters
+  // held in parts (fc1 on a spatial input: this rank's columns alone).
+  int64_t weights = 0, parts = 0;
+  for (const Param* p : net.params()) (p->part ? parts : weights) += p->value.numel();
   // Sharded, this rank's shard of the flat parameter vector (the largest:
   // bounds fall on 16 floats), and the gradients that stay whole: those the
-  // layer completes itself (no reduce-scatter carries them).
+  // layer completes itself (no reduce-scatter carries them) and the parts
+  // (reduced over the replicas in place, train/sharded_state.hpp).
   const int64_t shard = r.shard_optimizer ? shard_bound(weights, r.ranks, rank + 1) - shard_bound(weights, r.ranks, rank)
                                           : weights;
-  const auto reduced = [&](const Param* p) { return r.shard_optimizer && p->reduce != GradReduce::kComplete; };
+  const auto reduced = [&](const Param* p) {
+    return r.shard_optimizer && p->reduce != GradReduce::kComplete && !p->part;
+  };
   int64_t kept_grads = r.shard_optimizer ? shard : 0;
   for (const Param* p : net.params())
     if (!reduced(p)) kept_grads += p->grad.numel();
-  e.parameters = (weights + kept_grads) * int64_t(sizeof(float));
-  e.optimizer = int64_t(r.optimizer_slots) * shard * int64_t(sizeof(float));
+  e.parameters = (weights + parts + kept_grads) * int64_t(sizeof(float));
+  e.optimizer = int64_t(r.optimizer_slots) * (shard + parts) * int64_t(sizeof(float));
   for (const StateBuffer* b : net.buffers()) e.parameters += b->value.numel() * int64_t(sizeof(float));
   // Each gradient is allreduced in place on its own (train/grad_reducer.hpp),
   // and OpenMPI's in-place allreduce takes a temporary buffer of the
@@ -202,6 +207,10 @@ RankReplay replay_rank(const MemoryRequest& r, int rank) {
       const int64_t lo = shard_bound(weights, r.ranks, rank), hi = lo + shard;
       int64_t start = 0;
       for (const Param* p : net.params()) {
+        if (p->part) {
+          for (int k = 0; k < r.optimizer_slots; ++k) hold(p->value.numel());
+          continue;
+        }
         const int64_t end = start + p->value.numel();
         const int64_t n = r.shard_optimizer ? std::min(end, hi) - std::max(start, lo) : p->value.numel();
         start = end;
@@ -225,7 +234,8 @@ RankReplay replay_rank(const MemoryRequest& r, int rank) {
   out_replay.work = dry.work();
   // The optimizer update (not replayed): reads weights, gradients and
   // state, writes weights and state.
-  out_replay.work.stream_bytes += double(3 + 2 * r.optimizer_slots) * double(shard * int64_t(sizeof(float)));
+  out_replay.work.stream_bytes += double(3 + 2 * r.optimizer_slots) * double((shard + parts) * int64_t(sizeof(float)));
+  // What the world's reduction carries (the parts go over the replicas alone, not counted).
   out_replay.gradient_bytes = weights * int64_t(sizeof(float));
   return out_replay;
 }

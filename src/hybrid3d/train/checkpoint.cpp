@@ -15,6 +15,7 @@
 
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/core/rng.hpp"
+#include "hybrid3d/layers/param_part.hpp"
 #include "hybrid3d/train/safetensors.hpp"
 
 namespace h3d {
@@ -115,19 +116,11 @@ void verified(const std::string& path, const nlohmann::json& meta, std::map<std:
 }
 
 // The three files of checkpoint `step` in `tmp`, synced.
-void write_checkpoint_files(const std::string& tmp, int64_t step, Network& net, const OptimizerState& st,
-                            const nlohmann::json& info) {
+void write_checkpoint_files(const std::string& tmp, int64_t step, const std::vector<NamedTensor>& model,
+                            const OptimizerState& st, const nlohmann::json& info) {
   nlohmann::json sums = {{"model.safetensors", nlohmann::json::object()},
                          {"optimizer.safetensors", nlohmann::json::object()}};
-  std::vector<NamedTensor> model;
-  for (auto* p : net.params()) {
-    model.push_back({p->name, &p->value, false});
-    sums["model.safetensors"][p->name] = checksum(p->value.data(), size_t(p->value.numel()));
-  }
-  for (auto* b : net.buffers()) {
-    model.push_back({b->name, &b->value, b->is_integer});
-    sums["model.safetensors"][b->name] = checksum(b->value.data(), size_t(b->value.numel()));
-  }
+  for (const auto& t : model) sums["model.safetensors"][t.name] = checksum(t.tensor->data(), size_t(t.tensor->numel()));
   std::vector<Tensor> slots;
   slots.reserve(st.tensors.size());
   std::vector<NamedTensor> optim;
@@ -155,7 +148,7 @@ void write_checkpoint_files(const std::string& tmp, int64_t step, Network& net, 
 
 uint64_t checkpoint_bytes(Network& net, int slots) {
   uint64_t floats = 0, tensors = 0;
-  for (auto* p : net.params()) floats += uint64_t(p->value.numel()) * uint64_t(1 + slots), tensors += 1 + slots;
+  for (auto* p : net.params()) floats += uint64_t(p->whole_numel()) * uint64_t(1 + slots), tensors += 1 + slots;
   for (auto* b : net.buffers()) floats += uint64_t(b->value.numel()) * 2, ++tensors;  // I64 at most
   return 4 * floats + 256 * tensors + 4096;  // headers, meta.json with a checksum per tensor
 }
@@ -178,14 +171,14 @@ std::string check_checkpoint_space(const std::string& dir, uint64_t bytes, int k
   return os.str();
 }
 
-void write_checkpoint(const std::string& dir, int64_t step, Network& net, const OptimizerState& opt,
-                      const nlohmann::json& info, int keep) {
+void write_checkpoint(const std::string& dir, int64_t step, const std::vector<NamedTensor>& model,
+                      const OptimizerState& opt, const nlohmann::json& info, int keep) {
   const std::string name = ckpt_name(step), final_dir = dir + "/" + name, tmp = final_dir + ".tmp";
   remove_tree(tmp);  // a leftover of a crash
   if (::mkdir(tmp.c_str(), 0777) != 0)
     H3D_THROW(Error, "checkpoint: cannot create '" << tmp << "': " << std::strerror(errno));
   try {
-    write_checkpoint_files(tmp, step, net, opt, info);
+    write_checkpoint_files(tmp, step, model, opt, info);
   } catch (...) {
     remove_tree(tmp);  // give the space back: the disk may be full
     throw;
@@ -240,12 +233,16 @@ LoadedCheckpoint load_checkpoint(const std::string& path, Network& net) {
   } catch (const std::exception& e) {
     H3D_THROW(UsageError, "--resume: checkpoint '" << path << "' " << e.what());
   }
+  LoadedCheckpoint out;
   for (auto* p : net.params()) {
     auto it = model.find(p->name);
-    H3D_USAGE_CHECK(it != model.end() && it->second.shape == p->value.shape(),
+    H3D_USAGE_CHECK(it != model.end() && it->second.shape == p->whole_shape(),
                     "--resume: checkpoint '" << path << "' has no tensor '" << p->name << "' of shape "
-                                             << p->value.shape_str() << " (another model?)");
-    std::copy(it->second.data.begin(), it->second.data.end(), p->value.data());
+                                             << Tensor(p->whole_shape()).shape_str() << " (another model?)");
+    if (p->part)
+      out.parts[p->name] = std::move(it->second.data);
+    else
+      std::copy(it->second.data.begin(), it->second.data.end(), p->value.data());
   }
   for (auto* b : net.buffers()) {
     auto it = model.find(b->name);
@@ -253,7 +250,6 @@ LoadedCheckpoint load_checkpoint(const std::string& path, Network& net) {
                     "--resume: checkpoint '" << path << "' has no buffer '" << b->name << "'");
     std::copy(it->second.data.begin(), it->second.data.end(), b->value.data());
   }
-  LoadedCheckpoint out;
   out.optimizer.steps = meta.value("optimizer_steps", int64_t(0));
   for (auto& kv : optim) out.optimizer.tensors.push_back({kv.first, kv.second.data});
   out.step = meta["step"].get<int64_t>();
@@ -273,7 +269,12 @@ LoadedCheckpoint load_checkpoint_everywhere(const Comm& world, const std::string
   world.bcast(&c.step, sizeof c.step, 0);
   broadcast_string(world, run_text);
   if (world.rank() != 0) c.run = nlohmann::json::parse(run_text);
-  for (auto* p : net.params()) world.bcast(p->value.data(), p->value.numel() * int64_t(sizeof(float)), 0);
+  for (auto* p : net.params())
+    if (p->part)
+      scatter_whole(world, *p, world.rank() == 0 ? c.parts[p->name].data() : nullptr, p->value.data());
+    else
+      world.bcast(p->value.data(), p->value.numel() * int64_t(sizeof(float)), 0);
+  c.parts.clear();
   for (auto* b : net.buffers()) world.bcast(b->value.data(), b->value.numel() * int64_t(sizeof(float)), 0);
   OptimizerState& st = c.optimizer;
   int64_t count = int64_t(st.tensors.size());
@@ -287,6 +288,15 @@ LoadedCheckpoint load_checkpoint_everywhere(const Comm& world, const std::string
     t.second.resize(size_t(n));
     world.bcast(t.second.data(), n * int64_t(sizeof(float)), 0);
   }
+  // The slots of a parameter held in parts: this rank's part of each.
+  for (auto* p : net.params())
+    if (p->part)
+      for (auto& t : st.tensors)
+        if (t.first.rfind(p->name + ".", 0) == 0 && int64_t(t.second.size()) == p->whole_numel()) {
+          std::vector<float> mine(size_t(p->value.numel()));
+          take_part(*p, t.second.data(), mine.data());
+          t.second = std::move(mine);
+        }
   opt.load_state(slices, st);
   return c;
 }

@@ -23,11 +23,14 @@
 // so the directory need only be on rank 0's node.
 #pragma once
 #include <nlohmann/json.hpp>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/models/network.hpp"
 #include "hybrid3d/parallel/comm.hpp"
+#include "hybrid3d/train/safetensors.hpp"
 #include "hybrid3d/train/optimizer.hpp"
 
 namespace h3d {
@@ -49,12 +52,13 @@ uint64_t checkpoint_bytes(Network& net, int slots);
 // keep + 1 that exist while the newest is written.
 std::string check_checkpoint_space(const std::string& dir, uint64_t bytes, int keep);
 
-// Writes checkpoint `step` (call on one rank: the weights are replicated;
-// `opt` is the optimizer's whole state, whole_optimizer_state()).
+// Writes checkpoint `step` (call on one rank; `model`: every parameter
+// whole and every buffer, whole_model_tensors(); `opt` is the optimizer's
+// whole state, whole_optimizer_state()).
 // `info` goes into meta.json as "run". Throws Error naming what failed; the
 // previous checkpoint is untouched then, and the partial one removed.
-void write_checkpoint(const std::string& dir, int64_t step, Network& net, const OptimizerState& opt,
-                      const nlohmann::json& info, int keep);
+void write_checkpoint(const std::string& dir, int64_t step, const std::vector<NamedTensor>& model,
+                      const OptimizerState& opt, const nlohmann::json& info, int keep);
 
 struct FoundCheckpoint {
   std::string path;      // empty: none usable
@@ -68,9 +72,13 @@ struct LoadedCheckpoint {
   int64_t step = 0;
   nlohmann::json run;        // the `info` it was written with
   OptimizerState optimizer;  // every slot saved, whole
+  // The whole values of the parameters held in parts (Param::part), which
+  // `net` cannot take whole.
+  std::map<std::string, std::vector<float>> parts;
 };
-// Loads weights and buffers of a checkpoint found above into `net`, and
-// returns its optimizer state.
+// Loads weights and buffers of a checkpoint found above into `net` (but
+// for the parameters held in parts: into `parts`), and returns its
+// optimizer state.
 LoadedCheckpoint load_checkpoint(const std::string& path, Network& net);
 
 // Collective: rank 0 loads `path` as above; every rank gets its weights,

@@ -5,6 +5,7 @@
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/parallel/output_dir.hpp"
 #include "hybrid3d/train/checkpoint.hpp"
+#include "hybrid3d/train/network_weights.hpp"
 
 namespace h3d {
 
@@ -16,20 +17,20 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-CheckpointManager::CheckpointManager(const Comm& world, const TrainOptions& o, Network& net, Optimizer& opt,
+CheckpointManager::CheckpointManager(const ProcessGrid& grid, const TrainOptions& o, Network& net, Optimizer& opt,
                                      nlohmann::json run_info, const ShardedState* shards)
-    : world_(world), o_(o), net_(net), opt_(opt), shards_(shards), run_info_(std::move(run_info)) {
+    : grid_(grid), world_(grid.world()), o_(o), net_(net), opt_(opt), shards_(shards), run_info_(std::move(run_info)) {
   H3D_USAGE_CHECK(o.checkpoint_every >= 0 && o.checkpoint_minutes >= 0 && o.stop_after >= 0 && o.keep >= 1,
                   "--checkpoint-every, --checkpoint-minutes and --stop-after must not be negative, --keep at least 1");
   H3D_USAGE_CHECK(!o.checkpoint_dir.empty() || (o.checkpoint_every == 0 && o.checkpoint_minutes == 0 &&
                                                  o.stop_after == 0 && o.resume != "auto"),
                   "--checkpoint-every, --checkpoint-minutes, --stop-after and --resume auto need --checkpoint-dir");
   if (!enabled()) return;
-  create_output_dir(world, o.checkpoint_dir, "--checkpoint-dir");
+  create_output_dir(world_, o.checkpoint_dir, "--checkpoint-dir");
   // A directory too small for even one checkpoint is refused now; one too
   // small for --keep of them is only warned about (older ones may go).
   // Only rank 0 writes checkpoints, so only its view of the disk counts.
-  const std::string refusal = run_on_root(world, [&] {
+  const std::string refusal = run_on_root(world_, [&] {
     const std::string warning = check_checkpoint_space(o.checkpoint_dir, checkpoint_bytes(net, opt.slots()), o.keep);
     if (!warning.empty()) std::fprintf(stderr, "hybrid3d: warning: %s\n", warning.c_str());
   });
@@ -87,9 +88,11 @@ void CheckpointManager::write(int64_t steps_done) {
   const auto t0 = std::chrono::steady_clock::now();
   // Rank 0 writes; every rank learns the outcome, so a failure (a full disk)
   // stops the whole job alike, with one message, instead of an abort.
-  const OptimizerState state = whole_optimizer_state(world_, opt_, net_.params(), shards_);
+  const OptimizerState state = whole_optimizer_state(grid_, opt_, net_.params(), shards_);
+  std::vector<Tensor> wholes;
+  const std::vector<NamedTensor> model = whole_model_tensors(net_, grid_, wholes);
   const std::string failure =
-      run_on_root(world_, [&] { write_checkpoint(o_.checkpoint_dir, steps_done, net_, state, run_info_, o_.keep); });
+      run_on_root(world_, [&] { write_checkpoint(o_.checkpoint_dir, steps_done, model, state, run_info_, o_.keep); });
   if (!failure.empty()) {
     H3D_THROW(CheckpointError, "the checkpoint at step " << steps_done << " could not be written (" << failure
                                    << "); training stopped. "
@@ -103,7 +106,7 @@ void CheckpointManager::write(int64_t steps_done) {
   last_time_ = std::chrono::steady_clock::now();
   if (world_.rank() == 0 && !o_.quiet) {
     int64_t floats = 0;
-    for (auto* p : net_.params()) floats += p->value.numel();
+    for (auto* p : net_.params()) floats += p->whole_numel();
     std::printf("checkpoint at step %lld in %.2f s (%.0f MiB of weights, plus optimizer state)\n",
                 (long long)steps_done, seconds_since(t0), double(floats) * 4 / (1 << 20));
     std::fflush(stdout);

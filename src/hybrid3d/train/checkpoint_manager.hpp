@@ -11,6 +11,7 @@
 
 #include "hybrid3d/models/network.hpp"
 #include "hybrid3d/parallel/comm.hpp"
+#include "hybrid3d/parallel/process_grid.hpp"
 #include "hybrid3d/train/optimizer.hpp"
 #include "hybrid3d/train/sharded_state.hpp"
 #include "hybrid3d/train/train_options.hpp"
@@ -19,12 +20,12 @@ namespace h3d {
 
 class CheckpointManager {
  public:
-  // Collective over `world`. Checks the checkpoint flags, creates
+  // Collective over the grid's world. Checks the checkpoint flags, creates
   // --checkpoint-dir and refuses one without room for one checkpoint.
   // `run_info`: what a checkpoint records of this run (a resume must match
   // its model, optimizer, seed and batch size).
   // `shards`: the optimizer's state is sharded there (null: replicated).
-  CheckpointManager(const Comm& world, const TrainOptions& o, Network& net, Optimizer& opt, nlohmann::json run_info,
+  CheckpointManager(const ProcessGrid& grid, const TrainOptions& o, Network& net, Optimizer& opt, nlohmann::json run_info,
                     const ShardedState* shards = nullptr);
 
   bool enabled() const { return !o_.checkpoint_dir.empty(); }
@@ -38,6 +39,7 @@ class CheckpointManager {
   void write(int64_t steps_done);
 
  private:
+  const ProcessGrid& grid_;
   const Comm& world_;
   const TrainOptions& o_;
   Network& net_;

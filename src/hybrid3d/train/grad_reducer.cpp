@@ -34,6 +34,13 @@ void GradientReducer::plan(const ProcessGrid& grid, const std::vector<std::vecto
   shards_ = shards;
   buckets_.clear();
   bucket_of_.clear();
+  parts_.clear();
+  for (const auto& params : layers)
+    for (auto* p : params) {
+      H3D_CHECK(p->reduce != GradReduce::kReplicaSum || p->part || grid.spatial_size() == 1,
+                "parameter " << p->name << " is summed over the replicas but is held whole");
+      if (p->part && p->reduce == GradReduce::kReplicaSum) parts_.push_back(p);
+    }
   for (auto& params : gradient_buckets(layers, bucket_bytes)) {
     buckets_.emplace_back();
     buckets_.back().params = std::move(params);
@@ -79,6 +86,13 @@ void GradientReducer::reduce_scatter(const Comm& comm, Bucket& b) {
                             counts);
     p->grad.release();  // ZeRO stage 2: the full gradient is not kept
   }
+}
+
+void GradientReducer::reduce_parts() {
+  const Comm& replicas = grid_->replicas();
+  if (replicas.size() == 1) return;
+  ProfileScope comm(prof::kAllreduceTotal);
+  for (auto* p : parts_) replicas.allreduce_sum(p->grad.data(), p->grad.numel());
 }
 
 void GradientReducer::needed(const std::vector<Param*>& params) {
@@ -169,6 +183,7 @@ void GradientReducer::finish() {
       reduce(grid_->world(), b);
     }
   }
+  reduce_parts();
   for (auto& b : buckets_) b.pending = int(b.params.size());
   enqueued_ = 0;
   std::lock_guard<std::mutex> lock(mu_);

@@ -4,6 +4,12 @@
 //   kGroupReplicated -> only each group's spatial root contributes (the
 //                       others add zeros), so the sum runs over data groups
 //   kComplete        -> left alone (the layer already reduced it)
+//   kReplicaSum      -> summed over the replicas (ranks of the same spatial
+//                       rank): a part (Param::part) is complete within its
+//                       group. Parts are reduced in finish(), outside the
+//                       buckets (the world's ranks hold different ones);
+//                       without a part the group is one rank and the
+//                       replicas are the world.
 //
 // Gradients go into buckets of about `bucket_bytes`, in the order backward
 // finishes them (plan/gradient_buckets.hpp). Backward calls
@@ -83,6 +89,8 @@ class GradientReducer {
   void prepare(Bucket& b);
   void reduce(const Comm& comm, Bucket& b);
   void reduce_scatter(const Comm& comm, Bucket& b);
+  // The parameters held in parts, over the replicas (blocking).
+  void reduce_parts();
   void enqueue(size_t i);
   void work();
 
@@ -90,6 +98,7 @@ class GradientReducer {
   ShardedState* shards_ = nullptr;
   Comm comm_;  // the world, duplicated: the thread's collectives are its own
   std::vector<Bucket> buckets_;
+  std::vector<Param*> parts_;  // held in parts: summed over the replicas in finish()
   std::unordered_map<const Param*, size_t> bucket_of_;
   size_t enqueued_ = 0;
 

@@ -4,6 +4,7 @@
 
 #include "hybrid3d/core/error.hpp"
 #include "hybrid3d/core/rng.hpp"
+#include "hybrid3d/layers/param_part.hpp"
 #include "hybrid3d/train/safetensors.hpp"
 
 namespace h3d {
@@ -13,10 +14,10 @@ void load_network_weights(Network& net, const std::string& path, const char* fla
   for (auto* p : net.params()) {
     auto it = tensors.find(p->name);
     H3D_USAGE_CHECK(it != tensors.end(), flag << " '" << path << "' has no tensor '" << p->name << "' for this model");
-    H3D_USAGE_CHECK(it->second.shape == p->value.shape(),
+    H3D_USAGE_CHECK(it->second.shape == p->whole_shape(),
                     flag << " '" << path << "': tensor '" << p->name << "' has the wrong shape for this model (expected "
-                         << p->value.shape_str() << ")");
-    std::copy(it->second.data.begin(), it->second.data.end(), p->value.data());
+                         << Tensor(p->whole_shape()).shape_str() << ")");
+    take_part(*p, it->second.data.data(), p->value.data());
   }
   for (auto* b : net.buffers()) {
     auto it = tensors.find(b->name);
@@ -25,19 +26,57 @@ void load_network_weights(Network& net, const std::string& path, const char* fla
   }
 }
 
-void save_network_weights(Network& net, const std::string& path, const std::map<std::string, std::string>& metadata) {
+std::vector<NamedTensor> whole_model_tensors(Network& net, const ProcessGrid& grid, std::vector<Tensor>& wholes) {
+  const std::vector<Param*> params = net.params();
+  wholes.clear();
+  wholes.reserve(params.size());  // the result points into it
   std::vector<NamedTensor> ts;
-  for (auto* p : net.params()) ts.push_back({p->name, &p->value, false});
+  for (auto* p : params) {
+    if (!p->part) {
+      ts.push_back({p->name, &p->value, false});
+      continue;
+    }
+    wholes.emplace_back();
+    // The other data groups hold the same parts as world rank 0's.
+    if (grid.group_index() == 0) {
+      const std::vector<float> w = gather_whole(grid.group(), *p, p->value.data());
+      if (!w.empty()) {
+        wholes.back().reshape_uninit(p->whole_shape());
+        std::copy(w.begin(), w.end(), wholes.back().data());
+      }
+    }
+    ts.push_back({p->name, &wholes.back(), false});
+  }
   for (auto* b : net.buffers()) ts.push_back({b->name, &b->value, b->is_integer});
-  save_safetensors(path, ts, metadata);
+  return ts;
 }
 
-void require_identical_replicas(Network& net, const Comm& world) {
-  uint64_t h = kFnvOffset;
-  for (auto* p : net.params()) h = fnv1a(p->value.data(), size_t(p->value.numel()) * sizeof(float), h);
+void save_network_weights(Network& net, const ProcessGrid& grid, const std::string& path,
+                          const std::map<std::string, std::string>& metadata) {
+  std::vector<Tensor> wholes;
+  const std::vector<NamedTensor> ts = whole_model_tensors(net, grid, wholes);
+  if (grid.world().rank() == 0) save_safetensors(path, ts, metadata);
+}
+
+namespace {
+
+// Throws unless `h` is the same on every rank of `comm`.
+void require_same(const Comm& comm, uint64_t h) {
   const double v = double(h >> 12);
-  const double mx = world.allreduce_max(v), mn = -world.allreduce_max(-v);
+  const double mx = comm.allreduce_max(v), mn = -comm.allreduce_max(-v);
   H3D_CHECK(mx == mn, "the ranks' weights differ after training (an internal error: please report it)");
+}
+
+}  // namespace
+
+void require_identical_replicas(Network& net, const ProcessGrid& grid) {
+  uint64_t whole = kFnvOffset, parts = kFnvOffset;
+  for (auto* p : net.params()) {
+    uint64_t& h = p->part ? parts : whole;
+    h = fnv1a(p->value.data(), size_t(p->value.numel()) * sizeof(float), h);
+  }
+  require_same(grid.world(), whole);
+  require_same(grid.replicas(), parts);
 }
 
 }  // namespace h3d

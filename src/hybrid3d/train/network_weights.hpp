@@ -4,9 +4,11 @@
 #pragma once
 #include <map>
 #include <string>
+#include <vector>
 
 #include "hybrid3d/models/network.hpp"
-#include "hybrid3d/parallel/comm.hpp"
+#include "hybrid3d/parallel/process_grid.hpp"
+#include "hybrid3d/train/safetensors.hpp"
 
 namespace h3d {
 
@@ -15,12 +17,19 @@ namespace h3d {
 // `flag` for a missing tensor or a wrong shape.
 void load_network_weights(Network& net, const std::string& path, const char* flag);
 
-// Writes every parameter and state buffer of `net` to `path`, with
-// `metadata` in the header (call on one rank: the weights are replicated).
-void save_network_weights(Network& net, const std::string& path, const std::map<std::string, std::string>& metadata);
+// Every parameter (whole) and state buffer of `net`, as files hold them, on
+// world rank 0: the parameters held in parts are gathered into `wholes`,
+// which the result points into. Collective over the world.
+std::vector<NamedTensor> whole_model_tensors(Network& net, const ProcessGrid& grid, std::vector<Tensor>& wholes);
 
-// Collective: throws unless every rank of `world` holds bitwise the same
-// weights (a fingerprint of their bits compared over the ranks).
-void require_identical_replicas(Network& net, const Comm& world);
+// Writes every parameter and state buffer of `net` to `path` from world
+// rank 0, with `metadata` in the header. Collective over the world.
+void save_network_weights(Network& net, const ProcessGrid& grid, const std::string& path,
+                          const std::map<std::string, std::string>& metadata);
+
+// Collective: throws unless every rank holds bitwise the same weights as
+// the others that should (all ranks; for a parameter held in parts, the
+// ranks of the same part), a fingerprint of their bits compared.
+void require_identical_replicas(Network& net, const ProcessGrid& grid);
 
 }  // namespace h3d

@@ -4,12 +4,18 @@
 
 namespace h3d {
 
-std::string first_nonfinite_gradient(const Network& net, Backend& backend) {
+std::string first_nonfinite_gradient(const Network& net, Backend& backend, const Comm& world) {
+  // The ranks hold different parts of some parameters (Param::part): the
+  // first bad one on any rank, in backward order, counts for all.
   const auto& layers = net.layers();
+  std::vector<const Param*> order;  // backward order
   for (size_t l = layers.size(); l-- > 0;)
-    for (auto* p : layers[l]->params())
-      if (!backend.all_finite(p->grad.data(), p->grad.numel())) return p->name;
-  return "";
+    for (auto* p : layers[l]->params()) order.push_back(p);
+  int first = int(order.size());
+  for (size_t i = 0; i < order.size() && first == int(order.size()); ++i)
+    if (!backend.all_finite(order[i]->grad.data(), order[i]->grad.numel())) first = int(i);
+  first = world.allreduce_min(first);
+  return first == int(order.size()) ? "" : order[size_t(first)]->name;
 }
 
 std::string where_nonfinite(Network& net, const StepContext& step, Tensor x, const Comm& world) {

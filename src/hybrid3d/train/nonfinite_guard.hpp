@@ -13,9 +13,10 @@
 
 namespace h3d {
 
-// "" if every gradient is finite. The gradients are reduced, so every rank
-// finds the same answer.
-std::string first_nonfinite_gradient(const Network& net, Backend& backend);
+// "" if every gradient is finite on every rank, else the name of the first
+// parameter (in backward order) with one that is not, on any rank: those
+// held in parts differ between ranks. Collective over `world`.
+std::string first_nonfinite_gradient(const Network& net, Backend& backend, const Comm& world);
 
 // Runs `net` forward on `x` (the step's own input, in the step's context:
 // the same data, weights and dropout masks) and says where non-finite

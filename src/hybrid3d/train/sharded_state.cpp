@@ -4,12 +4,18 @@
 #include <map>
 
 #include "hybrid3d/core/error.hpp"
+#include "hybrid3d/layers/param_part.hpp"
 #include "hybrid3d/plan/gradient_buckets.hpp"
 
 namespace h3d {
 
-ShardedState::ShardedState(const std::vector<Param*>& params, int rank, int ranks) : params_(params), rank_(rank) {
+ShardedState::ShardedState(const std::vector<Param*>& params, int rank, int ranks) : rank_(rank) {
   H3D_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "shard " << rank << " of " << ranks);
+  all_ = params;
+  for (Param* p : params) {
+    order_[p] = int(order_.size());
+    (p->part ? parts_ : params_).push_back(p);
+  }
   starts_.push_back(0);
   for (const Param* p : params_) starts_.push_back(starts_.back() + p->value.numel());
   const int64_t n = starts_.back();
@@ -20,7 +26,10 @@ ShardedState::ShardedState(const std::vector<Param*>& params, int rank, int rank
     const int64_t a = std::max(starts_[i], lo(rank_)), b = std::min(starts_[i + 1], hi(rank_));
     if (a < b) slices_.push_back({params_[i], a - starts_[i], b - a, shard_grad(a)});
   }
+  for (Param* p : parts_) slices_.push_back({p, 0, p->value.numel(), p->grad.data()});
 }
+
+bool ShardedState::in_flat(const ParamSlice& sl) const { return !sl.param->part; }
 
 int64_t ShardedState::start_of(const Param* p) const {
   for (size_t i = 0; i < params_.size(); ++i)
@@ -37,7 +46,7 @@ std::vector<int> ShardedState::owned_counts(int64_t a, int64_t b) const {
 
 void ShardedState::take_complete_gradients() {
   for (const auto& sl : slices_)
-    if (sl.param->reduce == GradReduce::kComplete) {
+    if (in_flat(sl) && sl.param->reduce == GradReduce::kComplete) {
       const float* g = sl.param->grad.data() + sl.offset;
       std::copy(g, g + sl.count, shard_grad(start_of(sl.param) + sl.offset));
     }
@@ -45,14 +54,10 @@ void ShardedState::take_complete_gradients() {
 
 std::string ShardedState::first_nonfinite(Backend& backend, const Comm& world) const {
   int bad = -1;  // backward meets the last parameter first
-  for (size_t i = 0, s = 0; i < params_.size(); ++i) {
-    if (s < slices_.size() && slices_[s].param == params_[i]) {
-      if (!backend.all_finite(slices_[s].grad, slices_[s].count)) bad = int(i);
-      ++s;
-    }
-  }
+  for (const auto& sl : slices_)
+    if (!backend.all_finite(sl.grad, sl.count)) bad = std::max(bad, order_.at(sl.param));
   world.allreduce(&bad, 1, ReduceOp::kMax);
-  return bad < 0 ? "" : params_[size_t(bad)]->name;
+  return bad < 0 ? "" : all_[size_t(bad)]->name;
 }
 
 void ShardedState::allgather_weights(const Comm& world, int64_t chunk_floats) {
@@ -82,7 +87,8 @@ void ShardedState::allgather_weights(const Comm& world, int64_t chunk_floats) {
   }
 }
 
-OptimizerState ShardedState::gather_state(const Comm& world, const Optimizer& opt) const {
+OptimizerState ShardedState::gather_state(const ProcessGrid& grid, const Optimizer& opt) const {
+  const Comm& world = grid.world();
   const OptimizerState mine = opt.state(slices_);
   OptimizerState whole;
   whole.steps = mine.steps;
@@ -111,11 +117,46 @@ OptimizerState ShardedState::gather_state(const Comm& world, const Optimizer& op
   return whole;
 }
 
-OptimizerState whole_optimizer_state(const Comm& world, const Optimizer& opt, const std::vector<Param*>& params,
+namespace {
+
+// The slots of the parameters held in parts, made whole (gathered over
+// world rank 0's spatial group) and added to `whole` on world rank 0.
+// Collective over the world.
+void add_whole_part_slots(const ProcessGrid& grid, const Optimizer& opt, const std::vector<Param*>& params,
+                          OptimizerState& whole) {
+  std::vector<Param*> parts;
+  for (Param* p : params)
+    if (p->part) parts.push_back(p);
+  if (parts.empty() || grid.group_index() != 0) return;  // the other groups hold the same parts
+  const OptimizerState mine = opt.state(whole_params(parts));
+  std::map<std::string, const std::vector<float>*> local;
+  for (const auto& t : mine.tensors) local[t.first] = &t.second;
+  for (const Param* p : parts)
+    for (const auto& k : opt.slot_names()) {
+      const std::string name = p->name + "." + k;
+      const auto it = local.find(name);
+      // Every rank updates its part at the same steps: all have the slot, or none.
+      if (it == local.end()) continue;
+      std::vector<float> w = gather_whole(grid.group(), *p, it->second->data());
+      if (grid.world().rank() == 0) whole.tensors.push_back({name, std::move(w)});
+    }
+}
+
+}  // namespace
+
+OptimizerState whole_optimizer_state(const ProcessGrid& grid, const Optimizer& opt, const std::vector<Param*>& params,
                                      const ShardedState* shards) {
-  if (shards) return shards->gather_state(world, opt);
-  if (world.rank() == 0) return opt.state(whole_params(params));
-  return {};
+  OptimizerState whole;
+  if (shards) {
+    whole = shards->gather_state(grid, opt);
+  } else if (grid.world().rank() == 0) {
+    std::vector<Param*> flat;
+    for (Param* p : params)
+      if (!p->part) flat.push_back(p);
+    whole = opt.state(whole_params(flat));
+  }
+  add_whole_part_slots(grid, opt, params, whole);
+  return whole;
 }
 
 }  // namespace h3d

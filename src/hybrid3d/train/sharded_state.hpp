@@ -16,16 +16,22 @@
 // parameter under --deterministic) keep their full gradient; each rank takes
 // its shard of it without communication, so --deterministic stays bitwise.
 //
-// The weights stay replicated (what the convolutions of every rank read).
+// The weights stay replicated (what the convolutions of every rank read),
+// but for those held in parts (Param::part: fc1 on a spatial input), which
+// are not in the flat vector: each rank already holds a part of its group's
+// alone, sums its gradient over the replicas (GradientReducer) and updates
+// it whole, with its optimizer slots.
 // Checkpoints keep their format: the slots are gathered to rank 0 to be
 // written, and each rank takes its shard of a loaded state.
 #pragma once
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "hybrid3d/core/tensor.hpp"
 #include "hybrid3d/layers/layer.hpp"
 #include "hybrid3d/parallel/comm.hpp"
+#include "hybrid3d/parallel/process_grid.hpp"
 #include "hybrid3d/train/optimizer.hpp"
 
 namespace h3d {
@@ -40,7 +46,8 @@ class ShardedState {
   int64_t lo(int q) const { return bounds_[size_t(q)]; }
   int64_t hi(int q) const { return bounds_[size_t(q) + 1]; }
   int64_t start_of(const Param* p) const;
-  // This rank's slices of the parameters, with their reduced gradients.
+  // This rank's slices of the parameters, with their reduced gradients
+  // (the flat vector's, then each part whole).
   const std::vector<ParamSlice>& slices() const { return slices_; }
   // This rank's shard of the gradient of the flat elements [a, a + n).
   float* shard_grad(int64_t a) { return grads_.data() + (a - lo(rank_)); }
@@ -58,10 +65,14 @@ class ShardedState {
   void allgather_weights(const Comm& world, int64_t chunk_floats);
   // The optimizer's whole state (as a replicated optimizer's state() of
   // every parameter) on rank 0; the steps on every rank. Collective.
-  OptimizerState gather_state(const Comm& world, const Optimizer& opt) const;
+  OptimizerState gather_state(const ProcessGrid& grid, const Optimizer& opt) const;
 
  private:
-  std::vector<Param*> params_;
+  bool in_flat(const ParamSlice& sl) const;
+  std::vector<Param*> all_;                  // every parameter, in network order
+  std::unordered_map<const Param*, int> order_;  // index in all_
+  std::vector<Param*> params_;               // the flat vector's
+  std::vector<Param*> parts_;                // held in parts
   std::vector<int64_t> starts_;  // flat start of each parameter; the last: N
   std::vector<int64_t> bounds_;  // shard bounds, one per rank and N
   int rank_ = 0;
@@ -71,7 +82,7 @@ class ShardedState {
 
 // The optimizer's whole state on rank 0 (state() of every parameter):
 // gathered from the shards, or rank 0's own when not sharded. Collective.
-OptimizerState whole_optimizer_state(const Comm& world, const Optimizer& opt, const std::vector<Param*>& params,
+OptimizerState whole_optimizer_state(const ProcessGrid& grid, const Optimizer& opt, const std::vector<Param*>& params,
                                      const ShardedState* shards);
 
 }  // namespace h3d

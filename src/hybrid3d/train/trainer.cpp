@@ -102,7 +102,7 @@ Trainer::Trainer(const Comm& world, TrainOptions o) : o_(std::move(o)) {
   require_writable_parent("--save", o_.save);
   require_writable_parent("--profile", o_.profile);
   require_writable_parent("--metrics", o_.metrics);
-  checkpoints_ = std::make_unique<CheckpointManager>(world, o_, net_, *opt_, run_info(), shards_.get());
+  checkpoints_ = std::make_unique<CheckpointManager>(*grid_, o_, net_, *opt_, run_info(), shards_.get());
   start_step_ = checkpoints_->resume(total_steps_);
   metrics_.open(o_.metrics, world.rank() == 0, start_step_ > 0);
 }
@@ -189,7 +189,7 @@ double Trainer::train_step(int64_t step) {
   // The loss is the same on every rank: all look at their gradients, or none.
   const std::string bad = !std::isfinite(loss) ? "(the loss)"
                           : shards_            ? shards_->first_nonfinite(*backend_, grid_->world())
-                                               : first_nonfinite_gradient(net_, *backend_);
+                                               : first_nonfinite_gradient(net_, *backend_, grid_->world());
   if (!bad.empty()) {
     H3D_USAGE_CHECK(o_.skip_nonfinite, "the gradient of '" << bad << "' is not finite at step " << step
                                                             << " (the first such parameter in backward order); "
@@ -227,11 +227,11 @@ ValidationResult Trainer::evaluate(SampleSource* src) {
   return task_->eval_finish(*grid_);
 }
 
-void Trainer::check_replicas_identical() { require_identical_replicas(net_, grid_->world()); }
+void Trainer::check_replicas_identical() { require_identical_replicas(net_, *grid_); }
 
 void Trainer::save(const std::string& path) {
-  if (grid_->world().rank() == 0)
-    save_network_weights(net_, path, {{"model", o_.model.model}, {"input_size", std::to_string(o_.model.input_size)}});
+  save_network_weights(net_, *grid_, path,
+                       {{"model", o_.model.model}, {"input_size", std::to_string(o_.model.input_size)}});
 }
 
 void Trainer::say(const std::string& line) const {

@@ -55,14 +55,6 @@ void CpuBackend::add_bias_rows(int64_t rows, int64_t cols, const float* bias, fl
 void CpuBackend::column_sums(int64_t rows, int64_t cols, const float* dy, float* db) {
   ref_.column_sums(rows, cols, dy, db);
 }
-void CpuBackend::gather_columns(int64_t rows, int64_t src_cols, const float* src, const int64_t* idx, int64_t count,
-                                float* dst) {
-  ref_.gather_columns(rows, src_cols, src, idx, count, dst);
-}
-void CpuBackend::scatter_columns(int64_t rows, int64_t count, const float* src, const int64_t* idx, int64_t dst_cols,
-                                 float* dst) {
-  ref_.scatter_columns(rows, count, src, idx, dst_cols, dst);
-}
 void CpuBackend::concat_samples(int64_t n, int64_t a_len, const float* a, int64_t b_len, const float* b, float* y) {
   ref_.concat_samples(n, a_len, a, b_len, b, y);
 }

@@ -37,10 +37,6 @@ class RefBackend : public Backend {
   void axpy(int64_t n, float alpha, const float* x, float* y) override;
   void add_bias_rows(int64_t rows, int64_t cols, const float* bias, float* y) override;
   void column_sums(int64_t rows, int64_t cols, const float* dy, float* db) override;
-  void gather_columns(int64_t rows, int64_t src_cols, const float* src, const int64_t* idx, int64_t count,
-                      float* dst) override;
-  void scatter_columns(int64_t rows, int64_t count, const float* src, const int64_t* idx, int64_t dst_cols,
-                       float* dst) override;
   void concat_samples(int64_t n, int64_t a_len, const float* a, int64_t b_len, const float* b, float* y) override;
   void split_samples(int64_t n, int64_t a_len, int64_t b_len, const float* y, float* a, float* b) override;
   void dropout(const DropoutDesc& d, const float* x, float* y) override;

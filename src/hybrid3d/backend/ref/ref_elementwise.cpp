@@ -43,18 +43,6 @@ void RefBackend::column_sums(int64_t rows, int64_t cols, const float* dy, float*
   }
 }
 
-void RefBackend::gather_columns(int64_t rows, int64_t src_cols, const float* src, const int64_t* idx, int64_t count,
-                                float* dst) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < count; ++j) dst[r * count + j] = src[r * src_cols + idx[j]];
-}
-
-void RefBackend::scatter_columns(int64_t rows, int64_t count, const float* src, const int64_t* idx, int64_t dst_cols,
-                                 float* dst) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < count; ++j) dst[r * dst_cols + idx[j]] = src[r * count + j];
-}
-
 void RefBackend::concat_samples(int64_t n, int64_t a_len, const float* a, int64_t b_len, const float* b, float* y) {
   for (int64_t s = 0; s < n; ++s) {
     std::memcpy(y + s * (a_len + b_len), a + s * a_len, size_t(a_len) * sizeof(float));
