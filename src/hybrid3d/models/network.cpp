@@ -142,11 +142,18 @@ std::vector<StateBuffer*> Network::buffers() {
 
 std::string Network::summary() const {
   std::ostringstream os;
-  int64_t nparams = 0;
+  int64_t nparams = 0, in_parts = 0;
+  std::string parts;
   for (auto& l : layers_)
-    for (auto* p : const_cast<Layer&>(*l).params()) nparams += p->whole_numel();
-  os << layers_.size() << " layers, " << nparams << " parameters, input " << input_.channels << "x"
-     << input_.dist.describe();
+    for (auto* p : const_cast<Layer&>(*l).params()) {
+      nparams += p->whole_numel();
+      if (!p->part) continue;
+      in_parts += p->whole_numel();
+      parts += (parts.empty() ? "" : ", ") + p->name;
+    }
+  os << layers_.size() << " layers, " << nparams << " parameters";
+  if (in_parts > 0) os << " (" << in_parts << " of them held in parts, a block's columns per rank: " << parts << ")";
+  os << ", input " << input_.channels << "x" << input_.dist.describe();
   return os.str();
 }
 
