@@ -29,10 +29,7 @@ void take_part(const Param& p, const float* whole, float* part) {
 }
 
 std::vector<float> gather_whole(const Comm& group, const Param& p, const float* part) {
-  if (!p.part) {
-    if (group.rank() != 0) return {};
-    return std::vector<float>(part, part + p.value.numel());
-  }
+  H3D_CHECK(p.part, "gather_whole: " << p.name << " is not held in parts");
   const ParamPart& q = *p.part;
   const int64_t f = int64_t(q.columns.size());
   const int ranks = group.size();
@@ -66,12 +63,7 @@ std::vector<float> gather_whole(const Comm& group, const Param& p, const float* 
 }
 
 void scatter_whole(const Comm& comm, const Param& p, const float* whole, float* part) {
-  const int64_t n = p.whole_numel();
-  if (!p.part) {
-    if (comm.rank() == 0) std::copy(whole, whole + n, part);
-    comm.bcast(part, n * int64_t(sizeof(float)), 0);
-    return;
-  }
+  H3D_CHECK(p.part, "scatter_whole: " << p.name << " is not held in parts");
   const ParamPart& q = *p.part;
   const int64_t rows_per_piece = std::max<int64_t>(1, (int64_t(4) << 20) / int64_t(sizeof(float)) / q.cols);
   std::vector<float> piece;

@@ -12,11 +12,13 @@ namespace h3d {
 // This rank's part of `whole` (p's whole [rows, cols] matrix) into `part`
 // ([rows, columns]). For a parameter without parts: a copy.
 void take_part(const Param& p, const float* whole, float* part);
-// The whole value from every rank's part (`part`: a [rows, columns] array
-// of this rank's, the value or an optimizer slot), on rank 0 of `group`
-// (the spatial group); empty on the others. Collective over `group`.
+// For a parameter held in parts: the whole value from every rank's part
+// (`part`: a [rows, columns] array of this rank's, the value or an
+// optimizer slot), on rank 0 of `group` (the spatial group); empty on the
+// others. Collective over `group`.
 std::vector<float> gather_whole(const Comm& group, const Param& p, const float* part);
-// Every rank's part of the whole value that `comm`'s rank 0 holds in
+// For a parameter held in parts: every rank's part of the whole value that
+// `comm`'s rank 0 holds in
 // `whole` (ignored elsewhere), sent in pieces of a few MiB so that no rank
 // but the root holds the whole. Collective over `comm`.
 void scatter_whole(const Comm& comm, const Param& p, const float* whole, float* part);

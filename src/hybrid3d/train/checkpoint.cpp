@@ -292,11 +292,12 @@ LoadedCheckpoint load_checkpoint_everywhere(const Comm& world, const std::string
   for (auto* p : net.params())
     if (p->part)
       for (auto& t : st.tensors)
-        if (t.first.rfind(p->name + ".", 0) == 0 && int64_t(t.second.size()) == p->whole_numel()) {
-          std::vector<float> mine(size_t(p->value.numel()));
-          take_part(*p, t.second.data(), mine.data());
-          t.second = std::move(mine);
-        }
+        for (const auto& k : opt.slot_names())
+          if (t.first == p->name + "." + k && int64_t(t.second.size()) == p->whole_numel()) {
+            std::vector<float> mine(size_t(p->value.numel()));
+            take_part(*p, t.second.data(), mine.data());
+            t.second = std::move(mine);
+          }
   opt.load_state(slices, st);
   return c;
 }

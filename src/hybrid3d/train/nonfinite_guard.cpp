@@ -12,8 +12,11 @@ std::string first_nonfinite_gradient(const Network& net, Backend& backend, const
   for (size_t l = layers.size(); l-- > 0;)
     for (auto* p : layers[l]->params()) order.push_back(p);
   int first = int(order.size());
-  for (size_t i = 0; i < order.size() && first == int(order.size()); ++i)
-    if (!backend.all_finite(order[i]->grad.data(), order[i]->grad.numel())) first = int(i);
+  for (size_t i = 0; i < order.size(); ++i)
+    if (!backend.all_finite(order[i]->grad.data(), order[i]->grad.numel())) {
+      first = int(i);
+      break;
+    }
   first = world.allreduce_min(first);
   return first == int(order.size()) ? "" : order[size_t(first)]->name;
 }

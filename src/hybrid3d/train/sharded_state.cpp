@@ -29,8 +29,6 @@ ShardedState::ShardedState(const std::vector<Param*>& params, int rank, int rank
   for (Param* p : parts_) slices_.push_back({p, 0, p->value.numel(), p->grad.data()});
 }
 
-bool ShardedState::in_flat(const ParamSlice& sl) const { return !sl.param->part; }
-
 int64_t ShardedState::start_of(const Param* p) const {
   for (size_t i = 0; i < params_.size(); ++i)
     if (params_[i] == p) return starts_[i];
@@ -46,7 +44,7 @@ std::vector<int> ShardedState::owned_counts(int64_t a, int64_t b) const {
 
 void ShardedState::take_complete_gradients() {
   for (const auto& sl : slices_)
-    if (in_flat(sl) && sl.param->reduce == GradReduce::kComplete) {
+    if (!sl.param->part && sl.param->reduce == GradReduce::kComplete) {
       const float* g = sl.param->grad.data() + sl.offset;
       std::copy(g, g + sl.count, shard_grad(start_of(sl.param) + sl.offset));
     }
@@ -87,8 +85,7 @@ void ShardedState::allgather_weights(const Comm& world, int64_t chunk_floats) {
   }
 }
 
-OptimizerState ShardedState::gather_state(const ProcessGrid& grid, const Optimizer& opt) const {
-  const Comm& world = grid.world();
+OptimizerState ShardedState::gather_state(const Comm& world, const Optimizer& opt) const {
   const OptimizerState mine = opt.state(slices_);
   OptimizerState whole;
   whole.steps = mine.steps;
@@ -148,7 +145,7 @@ OptimizerState whole_optimizer_state(const ProcessGrid& grid, const Optimizer& o
                                      const ShardedState* shards) {
   OptimizerState whole;
   if (shards) {
-    whole = shards->gather_state(grid, opt);
+    whole = shards->gather_state(grid.world(), opt);
   } else if (grid.world().rank() == 0) {
     std::vector<Param*> flat;
     for (Param* p : params)

@@ -65,10 +65,9 @@ class ShardedState {
   void allgather_weights(const Comm& world, int64_t chunk_floats);
   // The optimizer's whole state (as a replicated optimizer's state() of
   // every parameter) on rank 0; the steps on every rank. Collective.
-  OptimizerState gather_state(const ProcessGrid& grid, const Optimizer& opt) const;
+  OptimizerState gather_state(const Comm& world, const Optimizer& opt) const;
 
  private:
-  bool in_flat(const ParamSlice& sl) const;
   std::vector<Param*> all_;                  // every parameter, in network order
   std::unordered_map<const Param*, int> order_;  // index in all_
   std::vector<Param*> params_;               // the flat vector's
