@@ -51,7 +51,10 @@ read -r h m <<<"$hits"
 [ -n "$hits" ] && [ "$h" -ge 3 ] && [ "$m" -le 3 ] && [ $((h + m)) -eq 6 ] ||
   { echo "FAIL data store: '$(grep 'data store (rank' <<<"$with_store")'"; exit 1; }
 ! grep -q "data store (rank 0)" <<<"$without" || { echo "FAIL data store: on with --data-store-mib 0"; exit 1; }
-pass "data store: 3 epochs, later ones from memory, the same losses as without ($a)"
+# It keeps the files' int16 counts as stored: rank 0's 3 blocks of 16x32x32 x 4 take 0.375 MiB (floats: 0.75).
+kept=$(sed -n 's/^data store (rank 0): .* loaded, \([0-9.]*\) MiB kept.*/\1/p' <<<"$with_store")
+[ "$kept" = "0.4" ] || { echo "FAIL data store: $kept MiB kept, expected 0.4 (int16 counts)"; exit 1; }
+pass "data store: 3 epochs, later ones from memory, the same losses as without ($a), int16 counts kept"
 
 # The prefetcher: the same losses with the next batch loaded in the background; per-step data wait in the metrics.
 pre=$($MPI -np 2 "$BIN" $STORE --data-store-mib 0 --metrics "$WORK/m.jsonl" | grep '^step' | awk '{print $4}' | tr '\n' ' ')

@@ -4,10 +4,13 @@
 // (channels last, int16), in every read mode; and for files `preprocess`
 // made of it (sub-volumes; LBANN layout, several samples per file, chunked
 // and gzip-compressed), each sub-volume equals its box of the original.
+// Where the files hold int16 counts, the counts a data store keeps
+// (load_counts) give load()'s values bitwise once transformed.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "hybrid3d/data/hdf5_source.hpp"
@@ -40,6 +43,25 @@ int64_t mismatches(const std::vector<float>& mine, const Box& box, const std::ve
   return bad;
 }
 
+// For a source of int16 files read independently or collectively: its
+// counts of `box`, transformed, equal `loaded` (load()'s values) bitwise, and
+// their targets too. Float files and the naive reader (which scatters
+// floats) have no counts. Returns whether the counts were checked.
+bool counts_match(SampleSource& src, bool int16, ReadMode mode, int64_t index, const Box& box,
+                  const std::vector<float>& loaded, const float* target) {
+  EXPECT_EQ(src.has_counts(), int16 && mode != ReadMode::kNaive);
+  if (!src.has_counts()) return false;
+  const int64_t n = 4 * box.volume();
+  std::vector<int16_t> counts(size_t(n), -1);
+  std::vector<float> transformed(size_t(n), -1.0f);
+  float t[4];
+  src.load_counts(index, box, counts.data(), t);
+  transform_counts(src.counts_transform(), counts.data(), transformed.data(), n);
+  EXPECT_EQ(std::memcmp(transformed.data(), loaded.data(), size_t(n) * sizeof(float)), 0) << read_mode_name(mode);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(t[i], target[i]);
+  return true;
+}
+
 TEST(BlockRead, EveryLayoutEqualsTheWholeSample) {
   Comm world = Comm::borrow(MPI_COMM_WORLD);
   const int64_t side = 16;
@@ -54,6 +76,7 @@ TEST(BlockRead, EveryLayoutEqualsTheWholeSample) {
   std::vector<float> all(size_t(4 * whole.volume())), mine;
   float t_all[4], t[4];
   serial.load(0, whole, all.data(), t_all);
+  int counts_checked = 0;
   for (ReadMode mode : {ReadMode::kIndependent, ReadMode::kCollective, ReadMode::kNaive}) {
     for (auto layout : test::layouts_for(world.size())) {
       ProcessGrid grid(world, layout);
@@ -64,8 +87,11 @@ TEST(BlockRead, EveryLayoutEqualsTheWholeSample) {
       EXPECT_EQ(mismatches(mine, box, all, side, {0, 0, 0}), 0)
           << read_mode_name(mode) << " layout " << test::name(layout) << " rank " << world.rank();
       for (int i = 0; i < 4; ++i) EXPECT_EQ(t[i], t_all[i]);
+      counts_checked += counts_match(src, true, mode, 0, box, mine, t);
     }
   }
+  // Independent and collective reads, on every layout.
+  EXPECT_EQ(counts_checked, 2 * int(test::layouts_for(world.size()).size()));
 
   // Preprocessed into 8 sub-volumes of 8^3 in several file layouts.
   struct Variant {
@@ -77,6 +103,7 @@ TEST(BlockRead, EveryLayoutEqualsTheWholeSample) {
   variants[1].name = "lbann-batched";
   variants[1].o.layout = "lbann";
   variants[1].o.samples_per_file = 3;
+  variants[1].o.dtype = "float32";  // LBANN's default, said here for the counts check
   variants[2].name = "original-chunked-gzip";
   variants[2].o.chunk = 4;
   variants[2].o.compress = 3;
@@ -84,6 +111,7 @@ TEST(BlockRead, EveryLayoutEqualsTheWholeSample) {
   variants[3].o.layout = "lbann";
   variants[3].o.samples_per_file = 8;
   variants[3].o.chunk = 3;
+  variants[3].o.dtype = "int16";
   for (auto& v : variants) {
     v.o.in = path;
     v.o.out = dir + "/" + v.name;
@@ -106,10 +134,12 @@ TEST(BlockRead, EveryLayoutEqualsTheWholeSample) {
               << v.name << " sample " << k << " " << read_mode_name(mode) << " layout " << test::name(layout)
               << " rank " << world.rank();
           for (int i = 0; i < 4; ++i) EXPECT_EQ(t[i], t_all[i]);
+          counts_checked += counts_match(src, v.o.dtype != "float32", mode, k, box, mine, t);
         }
       }
     }
   }
+  EXPECT_EQ(counts_checked, 2 * int(test::layouts_for(world.size()).size()) * (1 + 8 * 3));  // the int16 files
   world.barrier();
   if (world.rank() == 0) std::system(("rm -rf '" + dir + "'").c_str());
 }

@@ -30,24 +30,29 @@ void DataStore::load(int64_t index, const Box& box, float* out, float* target) {
     return;
   }
   ++misses_;
+  // Whether to keep the block is decided before it is read, so that one not
+  // kept is loaded straight into `out`, with no buffer besides. Under a
+  // collective reader every rank of the group must keep the same samples, or
+  // they would stop making the same reads: each block is charged at the
+  // group's largest. (A load that throws ends the run: its charge is moot.)
   const bool counts = inner_->has_counts();
-  std::vector<int16_t> raw;
-  if (counts) {
-    raw.resize(size_t(n));
-    inner_->load_counts(index, box, raw.data(), target);
-    transform_counts(inner_->counts_transform(), raw.data(), out, n);
-  } else {
-    inner_->load(index, box, out, target);
-  }
-  // Under a collective reader every rank of the group must keep the same
-  // samples, or they would stop making the same reads: charge each block at
-  // the group's largest.
   const int64_t nt = targets_of(box);
   const int64_t bytes = n * int64_t(counts ? sizeof(int16_t) : sizeof(float)) + nt * int64_t(sizeof(float));
   const int64_t need = inner_->group_max(bytes);
-  if (it != kept_.end() || !budget_->take(need)) return;
-  Entry e{box, {}, std::move(raw), std::vector<float>(target, target + nt)};
-  if (!counts) e.data.assign(out, out + n);
+  if (it != kept_.end() || !budget_->take(need)) {
+    inner_->load(index, box, out, target);
+    return;
+  }
+  Entry e{box, {}, {}, {}};
+  if (counts) {
+    e.counts.resize(size_t(n));
+    inner_->load_counts(index, box, e.counts.data(), target);
+    transform_counts(inner_->counts_transform(), e.counts.data(), out, n);
+  } else {
+    inner_->load(index, box, out, target);
+    e.data.assign(out, out + n);
+  }
+  e.target.assign(target, target + nt);
   kept_.emplace(index, std::move(e));
   bytes_ += need;
 }

@@ -7,7 +7,8 @@
 // with the other stores) has room (first come, first kept; nothing is
 // evicted, so later epochs read the same samples from memory every time,
 // and the rest from the source). Sources of int16 counts (the synthetic
-// generator) are kept as counts and transformed on the way out. When an epoch's shuffle sends a sample to another
+// generator, CosmoFlow's int16 files) are kept as counts and transformed on
+// the way out. When an epoch's shuffle sends a sample to another
 // data group, that group's ranks read it from the file (and keep it then):
 // moving blocks between ranks over MPI would need every rank to know, a
 // step ahead, who holds what, and at the cost of a second copy in flight;

@@ -108,13 +108,15 @@ Hdf5Universes::Hdf5Universes(const Comm& comm, const std::string& p, InputTransf
     if (fi.error.empty())
       for (int64_t k = 0; k < fi.samples; ++k) samples_.push_back({int32_t(i), k});
     bytes_ += fi.error.empty() ? fi.bytes : 0;
+    all_int16_ = all_int16_ && (!fi.error.empty() || fi.int16);
     info_.push_back(fi);
   }
   refuse_bad_files(flag, p, files_, checked);
   H3D_USAGE_CHECK(!samples_.empty(), flag << " '" << p << "': the files hold no samples");
 }
 
-void Hdf5Universes::read_block(const Sample& smp, const Box& box, float* out, float* target, bool collective) {
+template <class ReadFull>
+void Hdf5Universes::read_sample(const Sample& smp, const Box& box, float* target, bool collective, ReadFull read_full) {
   const std::string& path = files_[size_t(smp.file)];
   const FileInfo& fi = info_[size_t(smp.file)];
   H5Handle fapl{H5Pcreate(H5P_FILE_ACCESS), H5Pclose};
@@ -151,32 +153,52 @@ void Hdf5Universes::read_block(const Sample& smp, const Box& box, float* out, fl
   }
   H5Sselect_hyperslab(fs.id, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
   H5Handle ms{H5Screate_simple(int(count.size()), count.data(), nullptr), H5Sclose};
-  const int64_t vol = box.volume();
-  if (fi.int16) {
-    // Counts as stored, then one table lookup does the conversion, the
-    // transform and the move to channels first: HDF5's own int16 -> float
-    // conversion is several times slower than the read.
-    counts_.resize(size_t(vol * channels_));
-    if (H5Dread(ds.id, H5T_NATIVE_INT16, ms.id, fs.id, dxpl, counts_.data()) < 0)
+  auto read = [&](hid_t type, void* buf) {
+    if (H5Dread(ds.id, type, ms.id, fs.id, dxpl, buf) < 0)
       H3D_THROW(Error, "file '" << path << "': cannot read block " << box << " of 'full': " << hdf5_message());
+  };
+  read_full(fi, read);
+}
+
+void Hdf5Universes::read_block(const Sample& smp, const Box& box, float* out, float* target, bool collective) {
+  const int64_t vol = box.volume();
+  read_sample(smp, box, target, collective, [&](const FileInfo& fi, auto read) {
+    if (fi.int16) {
+      // Counts as stored, then one table lookup does the conversion, the
+      // transform and the move to channels first: HDF5's own int16 -> float
+      // conversion is several times slower than the read.
+      counts_.resize(size_t(vol * channels_));
+      read(H5T_NATIVE_INT16, counts_.data());
+      if (fi.channels_last)
+        transform_counts_to_channels_first(transform_, counts_.data(), channels_, out, vol);
+      else
+        transform_counts(transform_, counts_.data(), out, vol * channels_);
+      return;
+    }
+    // Other types: HDF5 converts to float.
+    float* dst = out;
+    if (fi.channels_last) {
+      scratch_.resize(size_t(vol * channels_));
+      dst = scratch_.data();
+    }
+    read(H5T_NATIVE_FLOAT, dst);
     if (fi.channels_last)
-      transform_counts_to_channels_first(transform_, counts_.data(), channels_, out, vol);
-    else
-      transform_counts(transform_, counts_.data(), out, vol * channels_);
-    return;
-  }
-  // Other types: HDF5 converts to float.
-  float* dst = out;
-  if (fi.channels_last) {
-    scratch_.resize(size_t(vol * channels_));
-    dst = scratch_.data();
-  }
-  if (H5Dread(ds.id, H5T_NATIVE_FLOAT, ms.id, fs.id, dxpl, dst) < 0)
-    H3D_THROW(Error, "file '" << path << "': cannot read block " << box << " of 'full': " << hdf5_message());
-  if (fi.channels_last)
-    for (int64_t ch = 0; ch < channels_; ++ch)
-      for (int64_t i = 0; i < vol; ++i) out[ch * vol + i] = scratch_[size_t(i * channels_ + ch)];
-  apply_transform(transform_, out, vol * channels_);
+      for (int64_t ch = 0; ch < channels_; ++ch)
+        for (int64_t i = 0; i < vol; ++i) out[ch * vol + i] = scratch_[size_t(i * channels_ + ch)];
+    apply_transform(transform_, out, vol * channels_);
+  });
+}
+
+void Hdf5Universes::load_counts(int64_t index, const Box& box, int16_t* out, float* target) {
+  H3D_CHECK(has_counts(), describe() << ": load_counts needs int16 files read independently or collectively");
+  const int64_t vol = box.volume();
+  read_sample(samples_.at(size_t(index)), box, target, mode_ == ReadMode::kCollective,
+              [&](const FileInfo& fi, auto read) {
+                if (!fi.channels_last) return read(H5T_NATIVE_INT16, out);
+                counts_.resize(size_t(vol * channels_));
+                read(H5T_NATIVE_INT16, counts_.data());
+                counts_to_channels_first(counts_.data(), channels_, out, vol);
+              });
 }
 
 void Hdf5Universes::load_naive(const Sample& smp, const Box& box, float* out, float* target) {

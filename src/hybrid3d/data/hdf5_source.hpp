@@ -51,6 +51,11 @@ class Hdf5Universes : public SampleSource {
   std::array<int64_t, 3> extent() const override { return extent_; }
   int64_t channels() const override { return channels_; }
   void load(int64_t index, const Box& box, float* out, float* target) override;
+  // int16 files (CosmoFlow's own) hand their counts to a cache as stored,
+  // half the bytes of floats (the naive reader scatters floats: not there).
+  bool has_counts() const override { return all_int16_ && mode_ != ReadMode::kNaive; }
+  void load_counts(int64_t index, const Box& box, int16_t* out, float* target) override;
+  InputTransform counts_transform() const override { return transform_; }
   std::string describe() const override;
   int64_t group_max(int64_t v) const override;
   const std::vector<std::string>& files() const { return files_; }
@@ -84,6 +89,7 @@ class Hdf5Universes : public SampleSource {
   std::vector<Sample> samples_;
   std::array<int64_t, 3> extent_{};
   int64_t channels_ = 0, bytes_ = 0;
+  bool all_int16_ = true;  // every good file stores `full` as int16
   InputTransform transform_;
   ReadMode mode_;
   Comm io_;  // the group's own communicator for collective and naive reads
@@ -93,6 +99,11 @@ class Hdf5Universes : public SampleSource {
   // Reads `box` of sample `smp` (channels first, transformed) and its
   // targets: by this rank alone, or collectively over io_ with MPI-IO.
   void read_block(const Sample& smp, const Box& box, float* out, float* target, bool collective);
+  // Opens the file, reads the targets and selects `box` of `full`; then
+  // read_full(file info, read) reads it, read(HDF5 memory type, buffer)
+  // filling the buffer with the box as stored (channels last or first).
+  template <class ReadFull>
+  void read_sample(const Sample& smp, const Box& box, float* target, bool collective, ReadFull read_full);
   void load_naive(const Sample& smp, const Box& box, float* out, float* target);
 };
 

@@ -48,11 +48,22 @@ void transform_counts(InputTransform t, const int16_t* in, float* out, int64_t n
   for (int64_t i = 0; i < n; ++i) out[i] = table[uint16_t(in[i])];
 }
 
-void transform_counts_to_channels_first(InputTransform t, const int16_t* in, int64_t channels, float* out, int64_t n) {
-  const float* table = count_table(t);
+namespace {
+template <class Out, class Value>
+void to_channels_first(const int16_t* in, int64_t channels, Out* out, int64_t n, Value value) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i)
-    for (int64_t c = 0; c < channels; ++c) out[c * n + i] = table[uint16_t(in[i * channels + c])];
+    for (int64_t c = 0; c < channels; ++c) out[c * n + i] = value(in[i * channels + c]);
+}
+}  // namespace
+
+void transform_counts_to_channels_first(InputTransform t, const int16_t* in, int64_t channels, float* out, int64_t n) {
+  const float* table = count_table(t);
+  to_channels_first(in, channels, out, n, [table](int16_t v) { return table[uint16_t(v)]; });
+}
+
+void counts_to_channels_first(const int16_t* in, int64_t channels, int16_t* out, int64_t n) {
+  to_channels_first(in, channels, out, n, [](int16_t v) { return v; });
 }
 
 }  // namespace h3d

@@ -55,5 +55,7 @@ void transform_counts(InputTransform t, const int16_t* in, float* out, int64_t n
 // The same for `channels` interleaved channels (channels last, as CosmoFlow
 // files store them): out[c * n + i] = transform(float(in[i * channels + c])).
 void transform_counts_to_channels_first(InputTransform t, const int16_t* in, int64_t channels, float* out, int64_t n);
+// The counts themselves moved channels first: out[c * n + i] = in[i * channels + c].
+void counts_to_channels_first(const int16_t* in, int64_t channels, int16_t* out, int64_t n);
 
 }  // namespace h3d
