@@ -379,7 +379,7 @@ void backward_weights_once(Prims& p, const dnnl::engine& eng, dnnl::stream& s, c
 }  // namespace
 
 void CpuBackend::conv3d_backward_weights(const ConvDesc& d, const float* x, const float* dy, float* dw, float* db) {
-  if (few_channel_conv_applies(d)) {
+  if (few_channel_weights_apply(d)) {
     Tensor partials;
     partials.reshape_uninit({few_channel_conv_partial_floats(d)});
     few_channel_conv_backward_weights(d, x, dy, dw, db, partials.data());
@@ -426,10 +426,9 @@ std::vector<int64_t> CpuBackend::conv3d_staging(const ConvDesc& whole, ConvPass 
   std::array<int64_t, 3> src_parent{}, dst_parent{};
   std::string like;
   std::vector<int64_t> out;
-  if (few_channel_conv_applies(whole)) {  // no staging; backward-weights' per-plane sums
-    if (pass == ConvPass::kBackwardWeights) out.push_back(few_channel_conv_partial_floats(whole));
-    if (pass != ConvPass::kBackwardData) return out;
-  }
+  if (pass == ConvPass::kBackwardWeights && few_channel_weights_apply(whole))  // no staging; per-plane sums
+    return {few_channel_conv_partial_floats(whole)};
+  if (pass == ConvPass::kForward && few_channel_conv_applies(whole)) return out;
   dnnl_call("convolution staging", [&] {
     if (pass == ConvPass::kForward) {  // the first slab, as conv3d_forward goes
       const int64_t plane_bytes = d.n * d.cout * d.out[1] * d.out[2] * int64_t(sizeof(float));

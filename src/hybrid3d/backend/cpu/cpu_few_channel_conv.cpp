@@ -198,15 +198,20 @@ void weight_plane(const ConvDesc& d, const Geometry& g, const float* x, const fl
 
 }  // namespace
 
-bool few_channel_conv_applies(const ConvDesc& d) {
+namespace {
+bool applies(const ConvDesc& d, int64_t max_inputs) {
   static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
   // H3D_FEW_CHANNEL_CONV=0 sends these shapes to oneDNN (to compare the two).
   const char* env = std::getenv("H3D_FEW_CHANNEL_CONV");
-  if (!avx512 || (env && std::strcmp(env, "0") == 0) || d.cin > kFewChannelMaxInputs) return false;
+  if (!avx512 || (env && std::strcmp(env, "0") == 0) || d.cin > max_inputs) return false;
   for (int i = 0; i < 3; ++i)
     if (d.stride[size_t(i)] != 1 || d.pad_lo[size_t(i)] != 0 || d.pad_hi[size_t(i)] != 0) return false;
   return true;
 }
+}  // namespace
+
+bool few_channel_conv_applies(const ConvDesc& d) { return applies(d, kFewChannelMaxInputs); }
+bool few_channel_weights_apply(const ConvDesc& d) { return applies(d, kFewChannelWeightsMaxInputs); }
 
 void few_channel_conv_forward(const ConvDesc& d, const float* x, const float* w, const float* b, float* y,
                               const Box& region) {

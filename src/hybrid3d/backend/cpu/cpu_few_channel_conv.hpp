@@ -1,6 +1,7 @@
 // Direct AVX-512 kernels for convolutions with few input channels (the
-// first layer: 4 channels of a universe, 1 of a CT volume), stride 1, on
-// the plain NCDHW buffers the engine keeps.
+// first layer: 4 channels of a universe, 1 of a CT volume; and the
+// backward-weights of layers of up to 16), stride 1, on the plain NCDHW
+// buffers the engine keeps.
 //
 // Why not oneDNN: its JIT kernels for these shapes want blocked layouts
 // (nCdhw16c output for forward, channels-last for backward-weights), and
@@ -30,9 +31,17 @@ namespace h3d {
 
 // True when the CPU has AVX-512 and d is a stride-1 convolution without
 // padding of its own (the layers pass a padded copy) with at most
-// kFewChannelMaxInputs input channels.
+// kFewChannelMaxInputs input channels: forward runs here.
 bool few_channel_conv_applies(const ConvDesc& d);
 constexpr int64_t kFewChannelMaxInputs = 4;
+// The same with at most kFewChannelWeightsMaxInputs: backward-weights runs
+// here. Its tiles of 4 output channels x 4 taps keep their pace as the taps
+// grow, while oneDNN's staging of x and dy into its layouts does not
+// shrink: cosmoflow-lbann's conv2 (16 -> 32, k3, 64^3) runs at 162 here
+// against 118 GFLOP/s through oneDNN (bench/conv_kernels, 2 threads). At 32
+// input channels oneDNN wins (its conv3, 32 -> 64: 156 against 115).
+bool few_channel_weights_apply(const ConvDesc& d);
+constexpr int64_t kFewChannelWeightsMaxInputs = 16;
 
 // The outputs of `region` (local output indices) of y (d's full output
 // extents); the rest of y is left alone.
