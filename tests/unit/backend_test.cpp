@@ -159,6 +159,53 @@ TEST(PoolBackends, CpuMatchesReference) {
   }
 }
 
+// Max pooling that records each output's cell (pool3d_forward_argmax, the
+// first layer's stream) against the same backend's pooling from x: the
+// same outputs, and from the records alone the same input gradient, bitwise
+// (ties from rounded values, so "first maximum in window order" counts;
+// negative values, so the ReLU's slope by the recorded sign counts), with
+// and without that slope, for 2x2x2 windows that tile (rows of 16 windows
+// and a tail), other tiling windows, and windows that overlap or pad.
+TEST(PoolBackends, ArgmaxRecordsGiveTheSameGradientAsX) {
+  int cases = 0;
+  for (auto& owned : backends_under_test()) {
+    Backend& be = *owned;
+    struct Case {
+      int k, s, p;
+      std::array<int64_t, 3> in;
+    };
+    for (Case c : {Case{2, 2, 0, {4, 6, 42}}, Case{2, 2, 0, {8, 6, 32}}, Case{3, 3, 0, {6, 9, 12}},
+                   Case{3, 2, 1, {7, 6, 9}}})
+      for (float slope : {-1.0f, 0.0f, 0.3f}) {
+        PoolDesc d;
+        d.n = 2;
+        d.c = 3;
+        d.in = c.in;
+        for (int i = 0; i < 3; ++i) d.out[size_t(i)] = (c.in[size_t(i)] + 2 * c.p - c.k) / c.s + 1;
+        d.k = {c.k, c.k, c.k};
+        d.stride = {c.s, c.s, c.s};
+        d.pad_lo = d.pad_hi = {c.p, c.p, c.p};
+        d.relu_grad_slope = slope;
+        Tensor x = rnd({2, 3, c.in[0], c.in[1], c.in[2]}, 5);
+        for (int64_t i = 0; i < x.numel(); ++i) x[i] = std::round(x[i] * 3.0f);
+        Tensor dy = rnd({2, 3, d.out[0], d.out[1], d.out[2]}, 6);
+        Tensor y(dy.shape()), y_arg(dy.shape()), dx(x.shape()), dx_arg(x.shape(), 7.0f);
+        std::vector<uint8_t> arg(size_t(dy.numel()), 0xFF);
+        be.pool3d_forward(d, x.data(), y.data());
+        be.pool3d_forward_argmax(d, x.data(), y_arg.data(), arg.data());
+        be.pool3d_backward(d, x.data(), dy.data(), dx.data());
+        be.pool3d_backward_argmax(d, arg.data(), dy.data(), dx_arg.data());
+        const std::string what = be.name() + " k" + std::to_string(c.k) + " s" + std::to_string(c.s) + " p" +
+                                 std::to_string(c.p) + " W " + std::to_string(c.in[2]) + " slope " +
+                                 std::to_string(slope);
+        EXPECT_EQ(test::rel_diff(y_arg, y), 0.0) << what << ": outputs";
+        EXPECT_EQ(std::memcmp(dx_arg.data(), dx.data(), size_t(dx.numel()) * sizeof(float)), 0) << what << ": dx";
+        ++cases;
+      }
+  }
+  EXPECT_EQ(cases, 4 * 3 * int(backends_under_test().size()));
+}
+
 // Average pooling that pads inside the kernel (Pool3d on a block whose only
 // halo is the global edge's padding) gives bitwise what the same backend
 // gives on a zero-padded copy of the input (the path of every other block),

@@ -1,14 +1,15 @@
-// The first convolution, its leaky ReLU and the average pooling after it,
-// streamed slab by slab (layers/conv_pool_stream.hpp), on the ref and cpu
-// backends:
+// The first convolution, its leaky ReLU and the average or max pooling
+// after it, streamed slab by slab (layers/conv_pool_stream.hpp), on the ref
+// and cpu backends:
 // - through Network (which streams them) against the same network with the
 //   layers apart (H3D_STREAM_FIRST_LAYER=0): output and every parameter
-//   gradient, for pooling windows that overlap, tile or pad, convolutions
-//   with and without padding, bias and ReLU;
+//   gradient, for pooling windows that overlap, tile or pad (max pooling
+//   streams where its windows tile), convolutions with and without padding,
+//   bias and ReLU;
 // - slabs of one plane each against one slab, on a block inside a larger
 //   volume (a halo on every side, the volume's edge on some).
 // The distributed runs of the streamed layers against the serial run are
-// ModelEquivalence.CosmoflowLbann (tests/mpi).
+// ModelEquivalence.CosmoflowLbann and .Cosmoflow (tests/mpi).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -34,8 +35,13 @@ struct Case {
   Padding conv_pad;
   int pool_k, pool_s, pool_p;
   bool bias, leaky;
+  PoolKind pool = PoolKind::kAvg;
+  // Network streams max pooling only where its windows tile (the stream
+  // itself takes any window: SlabsOfOnePlaneEqualOneSlab).
+  bool network_streams() const { return pool == PoolKind::kAvg || (pool_k == pool_s && pool_p == 0); }
   std::string what() const {
-    return "cin " + std::to_string(cin) + ", conv k" + std::to_string(conv_k) + ", pool k" + std::to_string(pool_k) +
+    return "cin " + std::to_string(cin) + ", conv k" + std::to_string(conv_k) + ", " +
+           (pool == PoolKind::kMax ? "max" : "avg") + " pool k" + std::to_string(pool_k) +
            " s" + std::to_string(pool_s) + " p" + std::to_string(pool_p) + (bias ? ", bias" : "") +
            (leaky ? ", leaky ReLU" : "");
   }
@@ -46,6 +52,9 @@ const Case kCases[] = {
     {1, 2, Padding::kSame, 2, 2, 0, true, true},    // windows that tile
     {3, 3, Padding::kValid, 3, 1, 1, false, true},  // stride-1 pooling, no conv padding
     {2, 1, Padding::kValid, 3, 2, 1, true, false},  // no ReLU
+    {4, 2, Padding::kSame, 2, 2, 0, true, true, PoolKind::kMax},    // cosmoflow's first layers
+    {2, 3, Padding::kHalf, 3, 2, 1, false, true, PoolKind::kMax},   // max windows that overlap and pad
+    {1, 2, Padding::kValid, 2, 2, 0, true, false, PoolKind::kMax},  // max, no ReLU
 };
 
 constexpr int64_t kCout = 5;
@@ -62,7 +71,7 @@ Built build(const Case& c) {
   b.conv = conv.get();
   b.net->add(std::move(conv));
   if (c.leaky) b.net->add(std::make_unique<Activation>("act", ActKind::kLeakyRelu, 0.2f));
-  b.net->add(std::make_unique<Pool3d>("pool", PoolKind::kAvg, c.pool_k, c.pool_s, c.pool_p));
+  b.net->add(std::make_unique<Pool3d>("pool", c.pool, c.pool_k, c.pool_s, c.pool_p));
   b.net->add(std::make_unique<Conv3d>("after", Conv3dOptions{kCout, 2, 1, 1, Padding::kValid, true}, 12));
   return b;
 }
@@ -83,7 +92,7 @@ Result run(Backend& be, const Case& c, bool stream) {
   Built b = build(c);
   b.net->setup(in, grid);
   ::unsetenv("H3D_STREAM_FIRST_LAYER");
-  EXPECT_EQ(b.conv->streams(), stream) << c.what();
+  EXPECT_EQ(b.conv->streams(), stream && c.network_streams()) << c.what();
   StepContext ctx = make_step_context(&be, &grid, 42, true, true, 0, 0, 2);
   Tensor x = test::global_random(3, 2, c.cin, Box{{Range{0, e[0]}, Range{0, e[1]}, Range{0, e[2]}}}, e);
   Result r;
@@ -130,6 +139,7 @@ TEST(ConvPoolStream, SlabsOfOnePlaneEqualOneSlab) {
     g.cout = kCout;
     g.conv = make_window(c.conv_k, 1, c.conv_pad);
     g.pool = Window1D{c.pool_k, c.pool_s, c.pool_p, c.pool_p};
+    g.pool_kind = c.pool;
     g.bias = c.bias;
     g.leaky_slope = c.leaky ? 0.2f : 0.0f;
     const std::array<int64_t, 3> volume{12, 10, 11};

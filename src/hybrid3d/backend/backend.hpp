@@ -100,6 +100,21 @@ class Backend : public BoxKernels {
   // padding, output * stride = input along each axis), dx may be x: each
   // window must be read before any of it is written.
   virtual void pool3d_backward(const PoolDesc& d, const float* x, const float* dy, float* dx) = 0;
+  // Max pooling (d.kind kMax) that also records each output's place in its
+  // window, so that backward needs neither x nor the pooling's input (the
+  // first layer's stream never holds its convolution's output whole:
+  // layers/conv_pool_stream.hpp). arg[o] = the window index (window order,
+  // padding cells counted) of the first maximum, as pool3d_backward finds
+  // it again, or kNoArg for a window of padding only; plus kArgPositive
+  // where y[o] > 0. y is what pool3d_forward gives (a tie of -0 and +0 may
+  // take the other zero). Windows of at most 127 cells.
+  static constexpr uint8_t kArgPositive = 0x80, kNoArg = 0x7f;
+  virtual void pool3d_forward_argmax(const PoolDesc& d, const float* x, float* y, uint8_t* arg) = 0;
+  // dx (overwritten, d.in extents) from arg and dy: each output's dy added
+  // to its recorded cell, then, where d.relu_grad_slope >= 0, the ReLU's
+  // gradient by the recorded sign; the values pool3d_backward computes
+  // from x.
+  virtual void pool3d_backward_argmax(const PoolDesc& d, const uint8_t* arg, const float* dy, float* dx) = 0;
 
   // Row-major C[M, N] = alpha * op(A) op(B) + beta * C.
   virtual void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,

@@ -47,8 +47,13 @@ bool Conv3d::stream_through(const Pool3d& pool, const ActShape& pool_out, int sp
   // H3D_STREAM_FIRST_LAYER=0 keeps the layers apart (for A/B and the tests).
   const char* env = std::getenv("H3D_STREAM_FIRST_LAYER");
   if (env && std::string(env) == "0") return false;
-  if (input_grad_needed_ || deterministic_ || o_.stride != 1 || pool.kind() != PoolKind::kAvg || !pool_out.spatial)
-    return false;
+  if (input_grad_needed_ || deterministic_ || o_.stride != 1 || !pool_out.spatial) return false;
+  // Max pooling records one byte per output, and streams where its windows
+  // tile the volume (cosmoflow's 2x2x2): there the recorded cells are all
+  // its backward needs; overlapping or padded windows have only the
+  // backends' plain loops for that.
+  const Window1D& pw = pool.window();
+  if (pool.kind() == PoolKind::kMax && (pw.k != pw.s || pw.p_lo != 0 || pw.p_hi != 0)) return false;
   const Window1D conv = make_window(o_.kernel, o_.stride, o_.padding);
   const Window1D both = ConvPoolStream::composed(conv, pool.window());
   input_.plan(in_dist_, Window3D{both, both, both}, pool_out.dist, spatial_rank, 0.0f);
@@ -57,6 +62,7 @@ bool Conv3d::stream_through(const Pool3d& pool, const ActShape& pool_out, int sp
   g.cout = o_.out_channels;
   g.conv = conv;
   g.pool = pool.window();
+  g.pool_kind = pool.kind();
   g.bias = o_.bias;
   g.leaky_slope = fused_leaky_slope_;
   g.own_out = pool_out.dist.box(spatial_rank);

@@ -48,7 +48,7 @@ ConvPoolStream::Slab ConvPoolStream::slab(int64_t t) const {
   s.inside = s.conv.intersect(g_.conv_volume);
   H3D_CHECK(!s.inside.empty(), "ConvPoolStream: the windows of " << s.out << " read only padding");
   for (int d = 0; d < 3; ++d) s.in.r[d] = g_.conv.needed(s.inside.r[d]);
-  s.mask_words = (g_.cout * s.inside.volume() + 63) / 64;
+  s.mask_words = max_pool() ? (g_.cout * s.out.volume() + 7) / 8 : (g_.cout * s.inside.volume() + 63) / 64;
   return s;
 }
 
@@ -67,7 +67,9 @@ ConvDesc ConvPoolStream::conv_desc(const Slab& s) const {
 
 PoolDesc ConvPoolStream::pool_desc(const Slab& s) const {
   PoolDesc d;
-  d.kind = PoolKind::kAvg;
+  d.kind = g_.pool_kind;
+  // Max pooling's backward applies the ReLU's gradient by the recorded signs.
+  if (max_pool() && g_.leaky_slope > 0.0f) d.relu_grad_slope = g_.leaky_slope;
   d.n = 1;
   d.c = g_.cout;
   d.in = s.inside.extents();
@@ -101,7 +103,7 @@ uint64_t* ConvPoolStream::mask_at(int64_t sample, int64_t t) {
 void ConvPoolStream::forward(Backend& be, bool training, int64_t n, const float* xp, const float* w, const float* b,
                              float* y) {
   for (Tensor* t : {&xs_, &cs_, &ps_}) t->set_allocator(be.allocator());
-  if (training) {
+  if (training && (max_pool() || g_.leaky_slope > 0.0f)) {
     mask_.set_allocator(be.allocator());
     mask_.reshape_uninit({2 * n * mask_words_per_sample_});  // two floats of storage per word
   }
@@ -111,14 +113,14 @@ void ConvPoolStream::forward(Backend& be, bool training, int64_t n, const float*
       const Slab s = slab(t);
       shape_buffers(s);
       be.conv3d_forward(conv_desc(s), slab_input(be, xp + i * in_floats, s), w, b, cs_.data());
-      if (training && g_.leaky_slope > 0.0f) be.sign_mask(cs_.data(), mask_at(i, t), cs_.numel());
+      if (training && !max_pool() && g_.leaky_slope > 0.0f) be.sign_mask(cs_.data(), mask_at(i, t), cs_.numel());
       float* y_i = y + i * out_floats;
-      if (whole_output(s)) {
-        be.pool3d_forward(pool_desc(s), cs_.data(), y_i);
-      } else {
-        be.pool3d_forward(pool_desc(s), cs_.data(), ps_.data());
-        be.copy_box(ps_.data(), s.out, y_i, g_.own_out, s.out, g_.cout, CopyMode::kAssign);
-      }
+      float* pooled = whole_output(s) ? y_i : ps_.data();
+      if (training && max_pool())
+        be.pool3d_forward_argmax(pool_desc(s), cs_.data(), pooled, reinterpret_cast<uint8_t*>(mask_at(i, t)));
+      else
+        be.pool3d_forward(pool_desc(s), cs_.data(), pooled);
+      if (!whole_output(s)) be.copy_box(ps_.data(), s.out, y_i, g_.own_out, s.out, g_.cout, CopyMode::kAssign);
     }
   xs_.release();
   cs_.release();
@@ -142,11 +144,14 @@ void ConvPoolStream::backward(Backend& be, int64_t n, const float* xp, const flo
         be.copy_box(dy_i, g_.own_out, ps_.data(), s.out, s.out, g_.cout, CopyMode::kAssign);
         dy_i = ps_.data();
       }
-      be.pool3d_backward(pool_desc(s), nullptr, dy_i, cs_.data());
-      if (g_.leaky_slope > 0.0f) {
-        H3D_CHECK(mask_.numel() >= 2 * n * mask_words_per_sample_,
-                  "ConvPoolStream: backward without a training forward");
-        be.masked_slope_backward(mask_at(i, t), g_.leaky_slope, cs_.data(), cs_.data(), cs_.numel());
+      H3D_CHECK(!(max_pool() || g_.leaky_slope > 0.0f) || mask_.numel() >= 2 * n * mask_words_per_sample_,
+                "ConvPoolStream: backward without a training forward");
+      if (max_pool()) {
+        be.pool3d_backward_argmax(pool_desc(s), reinterpret_cast<const uint8_t*>(mask_at(i, t)), dy_i, cs_.data());
+      } else {
+        be.pool3d_backward(pool_desc(s), nullptr, dy_i, cs_.data());
+        if (g_.leaky_slope > 0.0f)
+          be.masked_slope_backward(mask_at(i, t), g_.leaky_slope, cs_.data(), cs_.data(), cs_.numel());
       }
       be.conv3d_backward_weights(conv_desc(s), slab_input(be, xp + i * in_floats, s), cs_.data(),
                                  first ? dw : part_w.data(), g_.bias ? (first ? db : part_b.data()) : nullptr);

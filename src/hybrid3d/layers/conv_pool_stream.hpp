@@ -1,9 +1,11 @@
 // ConvPoolStream: the first layer's convolution (with the leaky ReLU it
-// absorbed) and the average pooling after it, run slab by slab along D, so
-// that the convolution's output never exists whole. That output is the
-// largest activation of the CosmoFlow networks (16 or 32 channels at the
+// absorbed) and the average or max pooling after it, run slab by slab along
+// D, so that the convolution's output never exists whole. That output is
+// the largest activation of the CosmoFlow networks (16 or 32 channels at the
 // input's full resolution: 1 GiB per rank for cosmoflow-lbann 512^3 on 8
-// ranks); streamed, a rank holds one slab of it (ConvPoolStream::kSlabBytes).
+// ranks, 268 MB per sample for cosmoflow 128^3); streamed, a rank holds one
+// slab of it (ConvPoolStream::kSlabBytes), which stays in cache between the
+// convolution and the pooling instead of going out to memory and back.
 //
 // Forward, per sample and per slab of the pooling's output planes: the
 // convolution computes the rows those outputs' windows read, from the
@@ -13,12 +15,16 @@
 // only real conv outputs. (At 128^3 its rows are 128 points rather than
 // 130; the few-channel kernels step along W in whole vectors, so 130 cost
 // them a quarter more forward and an eighth more in backward-weights.)
-// The pooling then writes the slab's outputs. In training one sign bit per
-// conv output of the slab is kept for the ReLU's gradient.
+// The pooling then writes the slab's outputs. In training, for average
+// pooling one sign bit per conv output of the slab is kept for the ReLU's
+// gradient; for max pooling one byte per pooling output, the place of its
+// window's maximum and that maximum's sign (Backend::pool3d_forward_argmax:
+// the leaky ReLU is monotonic, so the maximum's sign is its conv output's).
 //
 // Backward, per slab: the pooling's gradient spread onto the slab's conv
-// outputs (the padding's share dropped), the ReLU's slope where the sign
-// bit is clear, and the weight (and bias) gradient of the slab, added up
+// outputs (the padding's share dropped; for max pooling onto the recorded
+// cells), the ReLU's slope where the sign is clear, and the weight (and
+// bias) gradient of the slab, added up
 // over slabs and samples (fp32, as each slab's own sum is on the backend;
 // the few partials add little). Conv rows that two slabs, or two ranks,
 // share get from each the share of the pooling outputs it owns: the weight
@@ -29,8 +35,9 @@
 // first layer only).
 //
 // Only the backend's own kernels run here (conv3d_forward on a slab,
-// pool3d_forward/backward, sign_mask, masked_slope_backward,
-// conv3d_backward_weights, copy_box), so every backend runs it.
+// pool3d_forward/backward or their argmax forms, sign_mask,
+// masked_slope_backward, conv3d_backward_weights, copy_box), so every
+// backend runs it.
 #pragma once
 #include <vector>
 
@@ -52,6 +59,7 @@ class ConvPoolStream {
   struct Geometry {
     int64_t cin = 1, cout = 1;
     Window1D conv, pool;  // conv: stride 1
+    PoolKind pool_kind = PoolKind::kAvg;
     bool bias = false;
     float leaky_slope = 0.0f;  // > 0: the absorbed leaky ReLU; 0: none
     Box own_out;               // the pooling's output block of this rank
@@ -77,8 +85,9 @@ class ConvPoolStream {
     Box conv;    // the conv rows their windows read (outside the volume: the pooling's padding)
     Box inside;  // those within the volume: the conv outputs computed
     Box in;      // the input cells those read
-    int64_t mask_words = 0;
+    int64_t mask_words = 0;  // of sign bits (average pooling) or argmax bytes (max)
   };
+  bool max_pool() const { return g_.pool_kind == PoolKind::kMax; }
   Slab slab(int64_t t) const;
   // The slab's buffers, shaped (their capacity is kept from slab to slab).
   void shape_buffers(const Slab& s);
@@ -96,7 +105,7 @@ class ConvPoolStream {
   std::vector<Range> slab_out_;       // pooling output rows (D) of each slab
   std::vector<int64_t> mask_offset_;  // words, per slab, within one sample
   int64_t mask_words_per_sample_ = 0;
-  Tensor xs_, cs_, ps_, mask_;  // the slab's input, conv output, pooling output; the sign bits
+  Tensor xs_, cs_, ps_, mask_;  // the slab's input, conv output, pooling output; the sign bits (or argmax bytes)
 };
 
 }  // namespace h3d

@@ -81,6 +81,12 @@ class DryBackend : public Backend {
   void pool3d_backward(const PoolDesc& d, const float*, const float*, float*) override {
     work_.pool_bytes[1] += 4.0 * double(d.n * d.c * (2 * vol(d.in) + vol(d.out)));
   }
+  void pool3d_forward_argmax(const PoolDesc& d, const float* x, float* y, uint8_t*) override {
+    pool3d_forward(d, x, y);
+  }
+  void pool3d_backward_argmax(const PoolDesc& d, const uint8_t*, const float* dy, float* dx) override {
+    pool3d_backward(d, nullptr, dy, dx);
+  }
   void gemm(bool, bool, int64_t m, int64_t n, int64_t k, float, const float*, int64_t, const float*, int64_t, float,
             float*, int64_t) override {
     work_.gemm_flops += 2.0 * double(m) * double(n) * double(k);

@@ -14,6 +14,8 @@ class RefBackend : public Backend {
   void conv3d_backward_weights(const ConvDesc& d, const float* x, const float* dy, float* dw, float* db) override;
   void pool3d_forward(const PoolDesc& d, const float* x, float* y) override;
   void pool3d_backward(const PoolDesc& d, const float* x, const float* dy, float* dx) override;
+  void pool3d_forward_argmax(const PoolDesc& d, const float* x, float* y, uint8_t* arg) override;
+  void pool3d_backward_argmax(const PoolDesc& d, const uint8_t* arg, const float* dy, float* dx) override;
   void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
             const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override;
   void activation_forward(ActKind kind, float param, const float* x, float* y, int64_t n) override;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "hybrid3d/backend/ref/ref_backend.hpp"
+#include "hybrid3d/core/error.hpp"
 
 namespace h3d {
 
@@ -146,6 +147,54 @@ void RefBackend::pool3d_backward(const PoolDesc& d, const float* x, const float*
     for (int64_t i = 0; i < g.in_vol(); ++i) {
       const float v = static_cast<float>(acc[size_t(i)]);
       dx[nc * g.in_vol() + i] = !relu || xc[i] > 0.0f ? v : d.relu_grad_slope * v;
+    }
+  }
+}
+
+}  // namespace h3d
+
+namespace h3d {
+
+void RefBackend::pool3d_forward_argmax(const PoolDesc& d, const float* x, float* y, uint8_t* arg) {
+  H3D_CHECK(d.kind == PoolKind::kMax && int64_t(d.k[0]) * d.k[1] * d.k[2] < kNoArg,
+            "pool3d_forward_argmax: max pooling of at most 126 cells per window");
+  Geom g = geom(d);
+  for (int64_t nc = 0; nc < d.n * d.c; ++nc) {
+    const float* xc = x + nc * g.in_vol();
+    g.outputs([&](int64_t oz, int64_t oy, int64_t ox, int64_t o) {
+      int64_t at = -1, first = kNoArg;  // first maximum in window order, as pool3d_backward finds it
+      g.taps(oz, oy, ox, [&](int64_t i, int64_t t) {
+        if (i >= 0 && (at < 0 || xc[i] > xc[at])) at = i, first = t;
+      });
+      const float v = at < 0 ? -std::numeric_limits<float>::infinity() : xc[at];
+      y[nc * g.out_vol() + o] = v;
+      arg[nc * g.out_vol() + o] = uint8_t(first | (v > 0.0f ? kArgPositive : 0));
+    });
+  }
+}
+
+void RefBackend::pool3d_backward_argmax(const PoolDesc& d, const uint8_t* arg, const float* dy, float* dx) {
+  Geom g = geom(d);
+  std::vector<double> acc(static_cast<size_t>(g.in_vol()));
+  std::vector<uint8_t> positive(static_cast<size_t>(g.in_vol()));
+  for (int64_t nc = 0; nc < d.n * d.c; ++nc) {
+    std::fill(acc.begin(), acc.end(), 0.0);
+    std::fill(positive.begin(), positive.end(), uint8_t(0));
+    g.outputs([&](int64_t oz, int64_t oy, int64_t ox, int64_t o) {
+      const uint8_t a = arg[nc * g.out_vol() + o];
+      if ((a & kNoArg) == kNoArg) return;
+      g.taps(oz, oy, ox, [&](int64_t i, int64_t t) {
+        if (t != (a & kNoArg) || i < 0) return;
+        acc[size_t(i)] += dy[nc * g.out_vol() + o];
+        positive[size_t(i)] = a & kArgPositive;
+      });
+    });
+    // A cell no window chose holds 0 either way; one chosen holds x, whose
+    // sign every window that chose it recorded.
+    const bool relu = d.relu_grad_slope >= 0.0f;
+    for (int64_t i = 0; i < g.in_vol(); ++i) {
+      const float v = static_cast<float>(acc[size_t(i)]);
+      dx[nc * g.in_vol() + i] = !relu || positive[size_t(i)] ? v : d.relu_grad_slope * v;
     }
   }
 }
