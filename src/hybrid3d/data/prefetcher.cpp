@@ -11,6 +11,7 @@ void Prefetcher::start(std::vector<int64_t> ids) {
   ids_ = std::move(ids);
   ready_ = false;
   failure_ = nullptr;
+  if (prepare_) prepare_(ids_, x_);
   worker_ = std::thread([this] {
     try {
       load_(ids_, x_, targets_);

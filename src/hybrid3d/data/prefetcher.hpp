@@ -19,7 +19,13 @@ namespace h3d {
 class Prefetcher {
  public:
   using Load = std::function<void(const std::vector<int64_t>& ids, Tensor& x, std::vector<float>& targets)>;
-  explicit Prefetcher(Load load) : load_(std::move(load)) {}
+  // prepare (may be empty) runs in start() on the calling thread, before
+  // the load: it takes the batch's buffer there (Tensor::reserve), so that
+  // the allocator sees that take at the same point of every step, as the
+  // memory planner replays it, and not whenever the background thread
+  // gets to it (a race that moved a rank's peak by one input block).
+  using Prepare = std::function<void(const std::vector<int64_t>& ids, Tensor& x)>;
+  explicit Prefetcher(Load load, Prepare prepare = {}) : load_(std::move(load)), prepare_(std::move(prepare)) {}
   ~Prefetcher() { wait(); }
   Prefetcher(const Prefetcher&) = delete;
   Prefetcher& operator=(const Prefetcher&) = delete;
@@ -34,6 +40,7 @@ class Prefetcher {
 
  private:
   Load load_;
+  Prepare prepare_;
   std::thread worker_;
   std::vector<int64_t> ids_;
   Tensor x_;

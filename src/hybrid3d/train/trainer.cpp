@@ -64,9 +64,11 @@ Trainer::Trainer(const Comm& world, TrainOptions o) : o_(std::move(o)) {
   const bool synthetic = o_.data == "synthetic", segmentation = is_segmentation(o_.model);
   const bool loads_communicate = !synthetic && read_mode != ReadMode::kIndependent;
   if (o_.prefetch && (!synthetic || segmentation) && (!loads_communicate || mpi_thread_multiple()))
-    prefetch_ = std::make_unique<Prefetcher>([this](const std::vector<int64_t>& ids, Tensor& x, std::vector<float>& t) {
-      load_batch(*data_.train, ids, x, t);
-    });
+    prefetch_ = std::make_unique<Prefetcher>(
+        [this](const std::vector<int64_t>& ids, Tensor& x, std::vector<float>& t) {
+          load_batch(*data_.train, ids, x, t);
+        },
+        [this](const std::vector<int64_t>& ids, Tensor& x) { x.reserve(net_.input_capacity_wish(int64_t(ids.size()))); });
   const SampleSource& train = *data_.train;
   task_->validate(train);
   for (const auto* src : {data_.val.get(), data_.test.get()})
