@@ -103,7 +103,7 @@ uint64_t* ConvPoolStream::mask_at(int64_t sample, int64_t t) {
 void ConvPoolStream::forward(Backend& be, bool training, int64_t n, const float* xp, const float* w, const float* b,
                              float* y) {
   for (Tensor* t : {&xs_, &cs_, &ps_}) t->set_allocator(be.allocator());
-  if (training && (max_pool() || g_.leaky_slope > 0.0f)) {
+  if (training && keeps_records()) {
     mask_.set_allocator(be.allocator());
     mask_.reshape_uninit({2 * n * mask_words_per_sample_});  // two floats of storage per word
   }
@@ -117,7 +117,7 @@ void ConvPoolStream::forward(Backend& be, bool training, int64_t n, const float*
       float* y_i = y + i * out_floats;
       float* pooled = whole_output(s) ? y_i : ps_.data();
       if (training && max_pool())
-        be.pool3d_forward_argmax(pool_desc(s), cs_.data(), pooled, reinterpret_cast<uint8_t*>(mask_at(i, t)));
+        be.pool3d_forward_argmax(pool_desc(s), cs_.data(), pooled, argmax_at(i, t));
       else
         be.pool3d_forward(pool_desc(s), cs_.data(), pooled);
       if (!whole_output(s)) be.copy_box(ps_.data(), s.out, y_i, g_.own_out, s.out, g_.cout, CopyMode::kAssign);
@@ -144,10 +144,10 @@ void ConvPoolStream::backward(Backend& be, int64_t n, const float* xp, const flo
         be.copy_box(dy_i, g_.own_out, ps_.data(), s.out, s.out, g_.cout, CopyMode::kAssign);
         dy_i = ps_.data();
       }
-      H3D_CHECK(!(max_pool() || g_.leaky_slope > 0.0f) || mask_.numel() >= 2 * n * mask_words_per_sample_,
+      H3D_CHECK(!keeps_records() || mask_.numel() >= 2 * n * mask_words_per_sample_,
                 "ConvPoolStream: backward without a training forward");
       if (max_pool()) {
-        be.pool3d_backward_argmax(pool_desc(s), reinterpret_cast<const uint8_t*>(mask_at(i, t)), dy_i, cs_.data());
+        be.pool3d_backward_argmax(pool_desc(s), argmax_at(i, t), dy_i, cs_.data());
       } else {
         be.pool3d_backward(pool_desc(s), nullptr, dy_i, cs_.data());
         if (g_.leaky_slope > 0.0f)

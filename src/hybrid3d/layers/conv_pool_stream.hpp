@@ -88,6 +88,10 @@ class ConvPoolStream {
     int64_t mask_words = 0;  // of sign bits (average pooling) or argmax bytes (max)
   };
   bool max_pool() const { return g_.pool_kind == PoolKind::kMax; }
+  // Whether training keeps records for backward in mask_ (argmax bytes, or
+  // the absorbed ReLU's sign bits).
+  bool keeps_records() const { return max_pool() || g_.leaky_slope > 0.0f; }
+  uint8_t* argmax_at(int64_t sample, int64_t t) { return reinterpret_cast<uint8_t*>(mask_at(sample, t)); }
   Slab slab(int64_t t) const;
   // The slab's buffers, shaped (their capacity is kept from slab to slab).
   void shape_buffers(const Slab& s);

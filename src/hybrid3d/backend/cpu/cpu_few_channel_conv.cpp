@@ -4,7 +4,7 @@
 // them, so every call into them is one row or one plane.
 #include "hybrid3d/backend/cpu/cpu_few_channel_conv.hpp"
 
-#include <immintrin.h>
+#include "hybrid3d/backend/cpu/cpu_avx512.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -14,8 +14,6 @@
 namespace h3d {
 
 namespace {
-
-#define H3D_AVX512 __attribute__((target("avx512f,fma")))
 
 constexpr int kLanes = 16;
 constexpr int kRowVectors = 2;  // forward: vectors of one output row per step
@@ -43,10 +41,6 @@ Geometry geometry(const ConvDesc& d) {
       for (int b = 0; b < d.k[1]; ++b)
         for (int e = 0; e < d.k[2]; ++e) g.tap_offset.push_back(ci * g.in_vol + a * g.in12 + b * d.in[2] + e);
   return g;
-}
-
-H3D_AVX512 inline __mmask16 lanes_below(int64_t n) {
-  return n >= kLanes ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1u);
 }
 
 // y = y > 0 ? y : slope * y, as activation_forward's leaky ReLU.
@@ -200,10 +194,9 @@ void weight_plane(const ConvDesc& d, const Geometry& g, const float* x, const fl
 
 namespace {
 bool applies(const ConvDesc& d, int64_t max_inputs) {
-  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
   // H3D_FEW_CHANNEL_CONV=0 sends these shapes to oneDNN (to compare the two).
   const char* env = std::getenv("H3D_FEW_CHANNEL_CONV");
-  if (!avx512 || (env && std::strcmp(env, "0") == 0) || d.cin > max_inputs) return false;
+  if (!cpu_has_avx512() || (env && std::strcmp(env, "0") == 0) || d.cin > max_inputs) return false;
   for (int i = 0; i < 3; ++i)
     if (d.stride[size_t(i)] != 1 || d.pad_lo[size_t(i)] != 0 || d.pad_hi[size_t(i)] != 0) return false;
   return true;

@@ -151,9 +151,6 @@ void RefBackend::pool3d_backward(const PoolDesc& d, const float* x, const float*
   }
 }
 
-}  // namespace h3d
-
-namespace h3d {
 
 void RefBackend::pool3d_forward_argmax(const PoolDesc& d, const float* x, float* y, uint8_t* arg) {
   H3D_CHECK(d.kind == PoolKind::kMax && int64_t(d.k[0]) * d.k[1] * d.k[2] < kNoArg,
