@@ -4,8 +4,8 @@ docs/performance.md: each goal, hybrid3d's figure, the peer's figure from the
 same run, and the ratio. Never a test; tests never fail on time.
 
 usage: bench/performance.py [--build build] [--steps 6] [--headline bench/out/headline_512.json] [--only-steps]
-The 512^3 headline run takes minutes: run bench/headline_512.sh first; its
-JSON is read if present.
+The 512^3 headline run takes minutes: `make bench` runs bench/headline_512.sh
+first; its JSON is read if present, and section 6 names the code it measured.
 """
 import argparse
 import json
@@ -285,10 +285,14 @@ def main():
     say()
     if os.path.exists(a.headline):
         h = json.load(open(a.headline))
-        say(f"Command: `{' '.join(h['command'])}`")
+        rev_file = os.path.join(os.path.dirname(a.headline), "headline_512.rev")
+        measured = open(rev_file).read().strip() if os.path.exists(rev_file) else "unknown (failed or older run)"
+        stale = "" if measured == rev else f" (measured at {measured}, not {rev})"
+        say(f"Command: `{' '.join(h['command'])}`; code measured: {measured}" +
+            ("" if measured == rev else f". **Not this report's code ({rev})**: run `make bench` to measure both."))
         say()
         summary.append(("6. cosmoflow-lbann 512^3 x 4, 8 ranks: job peak memory < 12 GiB, finite loss, identical weights",
-                        f"{h['peak_mib'] / 1024:.2f} GiB, exit {h['exit']}", "PyTorch: about 29 GB extrapolated "
+                        f"{h['peak_mib'] / 1024:.2f} GiB, exit {h['exit']}{stale}", "PyTorch: about 29 GB extrapolated "
                         "(cannot run here)", f"{h['peak_mib'] / 1024 / 12:.2f} of the limit",
                         h["peak_mib"] < 12 * 1024 and h["exit"] == 0))
         profile = os.path.join(os.path.dirname(a.headline), "headline_512_profile.json")
@@ -296,7 +300,7 @@ def main():
             step = json.load(open(profile))["regions"]["step"]["median"]
             bound = bound_of("cosmoflow-lbann", 512, 1)
             summary.append(("6. cosmoflow-lbann 512^3 x 4, 8 ranks x 1 thread on 2 cores: step <= 1.5x its roofline bound",
-                            f"{step:.1f} s/step", f"bound {bound:.1f} s/step (2 cores)", f"{step / bound:.2f}x",
+                            f"{step:.1f} s/step{stale}", f"bound {bound:.1f} s/step (2 cores)", f"{step / bound:.2f}x",
                             step <= 1.5 * bound))
         say(f"Job peak memory (sum over ranks, sampled): {h['peak_mib'] / 1024:.2f} GiB (goal < 12 GiB); wall "
             f"{h['wall_s']:.0f} s; exit {h['exit']} (the job checks that every rank holds identical weights "
