@@ -121,20 +121,35 @@ inline void add_padded_row(const PoolGeom& g, const float* xc, int64_t z, int64_
   }
 }
 
-template <bool kMax>
+// p with p + lo on the 64-byte boundary at or below `end`: p lies in
+// (end - lo - 16, end - lo] (in floats).
+inline float* aligned_before(float* end, int64_t lo) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(end) / 64 * 64;
+  return reinterpret_cast<float*>(at) - lo;
+}
+
+// K, S > 0: the W kernel and stride at compile time (the W windows then
+// vectorise).
+template <bool kMax, int K, int S>
 void forward_rows(const PoolGeom& g, const float* x, float* y, int64_t planes) {
+  const int k2 = K ? K : g.k2, s2 = S ? S : g.s2;
   const float inv = 1.0f / float(g.k0 * g.k1 * g.k2);
   const bool padded = g.padded();  // average pooling only (zero padding)
 #pragma omp parallel
   {
-    std::vector<float> row(size_t(g.in2));
+    // The padded row r starts so that its stored cells (r + lo[2]) lie on
+    // a cache line, as the stored rows do when their length is a multiple
+    // of 16: the additions then neither split lines nor vectors.
+    const int64_t lo2 = padded ? g.lo[2] : 0;
+    std::vector<float> row(size_t(g.in2 + 16));
+    float* const r_start = aligned_before(row.data() + lo2 + 16, lo2);
 #pragma omp for collapse(2) schedule(static)
     for (int64_t nc = 0; nc < planes; ++nc)
       for (int64_t oz = 0; oz < g.out0; ++oz) {
         const float* xc = x + nc * (padded ? g.stored_vol() : g.in_vol());
         float* yp = y + nc * g.out_vol() + oz * g.out1 * g.out2;
         for (int64_t oy = 0; oy < g.out1; ++oy) {
-          float* r = row.data();
+          float* r = r_start;
           for (int a = 0; a < g.k0; ++a)
             for (int b = 0; b < g.k1; ++b) {
               if (padded) {
@@ -149,9 +164,9 @@ void forward_rows(const PoolGeom& g, const float* x, float* y, int64_t planes) {
             }
           float* yr = yp + oy * g.out2;
           for (int64_t ox = 0; ox < g.out2; ++ox) {
-            const float* w = r + ox * g.s2;
+            const float* w = r + ox * s2;
             float acc = w[0];
-            for (int c = 1; c < g.k2; ++c) acc = kMax ? std::max(acc, w[c]) : acc + w[c];
+            for (int c = 1; c < k2; ++c) acc = kMax ? std::max(acc, w[c]) : acc + w[c];
             yr[ox] = kMax ? acc : acc * inv;
           }
         }
@@ -283,6 +298,30 @@ void max_backward_scatter(const PoolGeom& g, const float* x, const float* dy, fl
   }
 }
 
+// sr (zeros) += each dy[ox] * inv over the W cells of window ox, in
+// order of ox. For windows of 3 with stride 2 the same sums are gathered
+// (cell 2j has windows j - 1 and j, cell 2j + 1 window j), which
+// vectorises; the additions and their order are the same, from +0.
+template <int K, int S>
+inline void spread_row(const float* dy, int64_t out2, int k2, int s2, float inv, float* sr) {
+  if constexpr (K == 3 && S == 2) {
+    if (out2 == 0) return;
+    sr[0] = 0.0f + dy[0] * inv;
+    sr[1] = 0.0f + dy[0] * inv;
+    for (int64_t j = 1; j < out2; ++j) {
+      const float prev = dy[j - 1] * inv, v = dy[j] * inv;
+      sr[2 * j] = (0.0f + prev) + v;
+      sr[2 * j + 1] = 0.0f + v;
+    }
+    sr[2 * out2] = 0.0f + dy[out2 - 1] * inv;
+  } else {
+    for (int64_t ox = 0; ox < out2; ++ox) {
+      const float v = dy[ox] * inv;
+      for (int c = 0; c < k2; ++c) sr[ox * s2 + c] += v;
+    }
+  }
+}
+
 // K, S > 0: the W kernel and stride at compile time (the loops unroll).
 // The gradient of every cell of the padded input is what it would be with
 // a padded copy; only the stored cells are written.
@@ -296,8 +335,14 @@ void avg_backward_gather(const PoolGeom& g, const float* dy, float* dx, int64_t 
     // W-spread rows of one dy plane: spread[oy][x] = sum over ox covering
     // x. The two most recent planes' are kept: consecutive input planes
     // share windows (each spread was computed up to k0 times before).
-    std::vector<float> spreads[2] = {std::vector<float>(size_t(g.out1 * g.in2)),
-                                     std::vector<float>(size_t(g.out1 * g.in2))};
+    // Rows of a whole number of cache lines, each row's stored cells (from
+    // lo[2]) starting on one, as the dx rows do when their length is a
+    // multiple of 16.
+    const int64_t pitch = (g.in2 + 15) / 16 * 16 + 16, lo2 = g.lo[2];
+    std::vector<float> spreads[2] = {std::vector<float>(size_t(g.out1 * pitch + lo2 + 16)),
+                                     std::vector<float>(size_t(g.out1 * pitch + lo2 + 16))};
+    float* const starts[2] = {aligned_before(spreads[0].data() + lo2 + 16, lo2),
+                              aligned_before(spreads[1].data() + lo2 + 16, lo2)};
     int64_t spread_of[2] = {-1, -1};  // nc * out0 + oz of each, -1: none
     int next_slot = 0;
 #pragma omp for collapse(2) schedule(static)
@@ -305,33 +350,35 @@ void avg_backward_gather(const PoolGeom& g, const float* dy, float* dx, int64_t 
       for (int64_t zs = 0; zs < g.ext[0]; ++zs) {
         const int64_t z = zs + g.lo[0];
         float* dxp = dx + nc * g.stored_vol() + zs * plane;
-        std::fill(dxp, dxp + plane, 0.0f);
         int64_t oz0, oz1;
         covering(z, g.k0, g.s0, g.out0, oz0, oz1);
+        if (oz0 > oz1) std::fill(dxp, dxp + plane, 0.0f);
+        // Each cell is 0 plus its windows' shares in order, as if dx were
+        // zeroed first; the first share is written as 0.0f + share (a -0
+        // share gives +0 there too) instead of a pass of zeros.
         for (int64_t oz = oz0; oz <= oz1; ++oz) {
           const int64_t key = nc * g.out0 + oz;
           const int slot = spread_of[0] == key ? 0 : spread_of[1] == key ? 1 : -1;
-          std::vector<float>& spread = spreads[slot >= 0 ? slot : next_slot];
+          float* const spread = starts[slot >= 0 ? slot : next_slot];
           if (slot < 0) {
             spread_of[next_slot] = key;
             next_slot ^= 1;
             const float* dyp = dy + nc * g.out_vol() + oz * g.out1 * g.out2;
-            std::fill(spread.begin(), spread.end(), 0.0f);
-            for (int64_t oy = 0; oy < g.out1; ++oy) {
-              float* sr = spread.data() + oy * g.in2;
-              for (int64_t ox = 0; ox < g.out2; ++ox) {
-                const float v = dyp[oy * g.out2 + ox] * inv;
-                for (int c = 0; c < k2; ++c) sr[ox * s2 + c] += v;
-              }
-            }
+            std::fill(spread, spread + g.out1 * pitch, 0.0f);
+            for (int64_t oy = 0; oy < g.out1; ++oy)
+              spread_row<K, S>(dyp + oy * g.out2, g.out2, k2, s2, inv, spread + oy * pitch);
           }
           for (int64_t ys = 0; ys < g.ext[1]; ++ys) {
             int64_t oy0, oy1;
             covering(ys + g.lo[1], g.k1, g.s1, g.out1, oy0, oy1);
             float* dr = dxp + ys * g.ext[2];
+            if (oz == oz0 && oy0 > oy1) std::fill(dr, dr + g.ext[2], 0.0f);
             for (int64_t oy = oy0; oy <= oy1; ++oy) {
-              const float* sr = spread.data() + oy * g.in2 + g.lo[2];
-              for (int64_t i = 0; i < g.ext[2]; ++i) dr[i] += sr[i];
+              const float* sr = spread + oy * pitch + lo2;
+              if (oz == oz0 && oy == oy0)
+                for (int64_t i = 0; i < g.ext[2]; ++i) dr[i] = 0.0f + sr[i];
+              else
+                for (int64_t i = 0; i < g.ext[2]; ++i) dr[i] += sr[i];
             }
           }
         }
@@ -487,9 +534,11 @@ void CpuBackend::pool3d_forward(const PoolDesc& d, const float* x, float* y) {
   if (!unpadded(d) && d.kind == PoolKind::kMax) return ref_.pool3d_forward(d, x, y);
   const PoolGeom g = pool_geom(d);
   if (d.kind == PoolKind::kMax)
-    forward_rows<true>(g, x, y, d.n * d.c);
+    forward_rows<true, 0, 0>(g, x, y, d.n * d.c);
+  else if (g.k2 == 3 && g.s2 == 2)
+    forward_rows<false, 3, 2>(g, x, y, d.n * d.c);
   else
-    forward_rows<false>(g, x, y, d.n * d.c);
+    forward_rows<false, 0, 0>(g, x, y, d.n * d.c);
 }
 
 void CpuBackend::pool3d_backward(const PoolDesc& d, const float* x, const float* dy, float* dx) {
