@@ -28,6 +28,18 @@ def overlap_flags(overlap):
     """The overlap column: auto/on/off for the allreduce thread; the halo overlap off only with 'off'."""
     return ("--allreduce-overlap", overlap, "--halo-overlap", "off" if overlap == "off" else "on")
 
+def weight_bytes(r):
+    return r["cin"] * r["cout"] * r["k"] ** 3 * 4
+
+
+def weights_outlast_budget(r, sgemm, bw):
+    """(weights' ms at the copy bandwidth, ms of the FLOPs at 70% of sgemm) of a
+    conv_kernels row when moving the weights takes longer, else None."""
+    w_ms = weight_bytes(r) / (bw * 1e9) * 1e3
+    budget_ms = r["gflop"] / (0.7 * sgemm) * 1e3
+    return (w_ms, budget_ms) if w_ms > budget_ms else None
+
+
 def sh(cmd):
     return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout.strip()
 
@@ -188,12 +200,16 @@ def main():
     say()
     say("| network | layer | cin -> cout | side | forward GFLOP/s (% sgemm) | backward-data | backward-weights |")
     say("|---|---|---|---|---|---|---|")
-    goal_layers = [r for r in rows if r["kind"] == "conv" and r["cin"] >= 32]
+    # The issue exempts the layers whose weights alone, moved once at the
+    # copy bandwidth, take longer than their FLOPs at 70% of sgemm.
+    exempt = {(r["model"], r["layer"]): weights_outlast_budget(r, sgemm, bw) for r in rows if r["kind"] == "conv"}
+    goal_layers = [r for r in rows if r["kind"] == "conv" and r["cin"] >= 32 and not exempt[(r["model"], r["layer"])]]
     worst = min((min(r[k] for k in ("forward_gflops", "backward_data_gflops", "backward_weights_gflops")), r["model"],
                  r["layer"]) for r in goal_layers)
     reached = sum(all(r[k] >= 0.7 * sgemm for k in ("forward_gflops", "backward_data_gflops",
                                                      "backward_weights_gflops")) for r in goal_layers)
-    summary.append(("2. every conv with >= 32 input channels, all three directions: >= 70% of sgemm",
+    summary.append(("2. every conv with >= 32 input channels, all three directions: >= 70% of sgemm (except those "
+                    "whose weights alone take longer than that at the copy bandwidth)",
                     f"{reached} of {len(goal_layers)} layers; worst {worst[0]:.0f} GFLOP/s ({worst[1]} {worst[2]})",
                     f"sgemm {sgemm:.0f} GFLOP/s", f"{100 * worst[0] / sgemm:.0f}% (worst)",
                     reached == len(goal_layers)))
@@ -213,6 +229,10 @@ def main():
             continue
         pct = lambda g: f"{g:.0f} ({100 * g / sgemm:.0f}%)"  # noqa: E731
         mark = "" if r["cin"] >= 32 else " (cin < 32: no goal)"
+        if r["cin"] >= 32 and exempt[(r["model"], r["layer"])]:
+            w_ms, budget_ms = exempt[(r["model"], r["layer"])]
+            mark = (f" (exempt: its {weight_bytes(r) / 1e6:.1f} MB of weights take {w_ms:.2f} ms at {bw:.1f} GB/s, "
+                    f"its {r['gflop'] * 1e3:.0f} MFLOP {budget_ms:.2f} ms at 70% of sgemm)")
         say(f"| {r['model']} | {r['layer']}{mark} | {r['cin']} -> {r['cout']} | {r['side']} | {pct(r['forward_gflops'])} "
             f"| {pct(r['backward_data_gflops'])} | {pct(r['backward_weights_gflops'])} |")
     say()
