@@ -12,24 +12,13 @@
 #include <string>
 #include <vector>
 
+#include "best_seconds.hpp"
 #include "hybrid3d/backend/cpu/cpu_backend.hpp"
 #include "hybrid3d/core/tensor.hpp"
 
 using namespace h3d;
 
 namespace {
-
-template <typename F>
-double best_seconds(int reps, F f) {
-  f();  // warm-up: primitive creation, first touch
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    auto t0 = std::chrono::steady_clock::now();
-    f();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return best;
-}
 
 struct Layer {
   std::string model, name;

@@ -5,30 +5,15 @@
 // compare two builds bitwise (cmp) after a change to the kernels.
 //
 // usage: pool_kernels   (threads: OMP_NUM_THREADS)
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "best_seconds.hpp"
 #include "hybrid3d/backend/cpu/cpu_backend.hpp"
 
 using namespace h3d;
-
-namespace {
-template <typename F>
-double best_seconds(int reps, F f) {
-  f();  // warm-up: first touch
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    auto t0 = std::chrono::steady_clock::now();
-    f();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return best;
-}
-}  // namespace
 
 int main() {
   CpuBackend be;

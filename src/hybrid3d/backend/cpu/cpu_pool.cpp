@@ -338,11 +338,12 @@ void avg_backward_gather(const PoolGeom& g, const float* dy, float* dx, int64_t 
     // Rows of a whole number of cache lines, each row's stored cells (from
     // lo[2]) starting on one, as the dx rows do when their length is a
     // multiple of 16.
-    const int64_t pitch = (g.in2 + 15) / 16 * 16 + 16, lo2 = g.lo[2];
-    std::vector<float> spreads[2] = {std::vector<float>(size_t(g.out1 * pitch + lo2 + 16)),
-                                     std::vector<float>(size_t(g.out1 * pitch + lo2 + 16))};
-    float* const starts[2] = {aligned_before(spreads[0].data() + lo2 + 16, lo2),
-                              aligned_before(spreads[1].data() + lo2 + 16, lo2)};
+    // The two spreads lie one after the other (a spread is a whole number
+    // of rows, so the second is aligned as the first).
+    const int64_t pitch = (g.in2 + 15) / 16 * 16 + 16, lo2 = g.lo[2], spread_size = g.out1 * pitch;
+    std::vector<float> spread_buffer(size_t(2 * spread_size + lo2 + 16));
+    float* const first_spread = aligned_before(spread_buffer.data() + lo2 + 16, lo2);
+    float* const starts[2] = {first_spread, first_spread + spread_size};
     int64_t spread_of[2] = {-1, -1};  // nc * out0 + oz of each, -1: none
     int next_slot = 0;
 #pragma omp for collapse(2) schedule(static)
@@ -364,7 +365,7 @@ void avg_backward_gather(const PoolGeom& g, const float* dy, float* dx, int64_t 
             spread_of[next_slot] = key;
             next_slot ^= 1;
             const float* dyp = dy + nc * g.out_vol() + oz * g.out1 * g.out2;
-            std::fill(spread, spread + g.out1 * pitch, 0.0f);
+            std::fill(spread, spread + spread_size, 0.0f);
             for (int64_t oy = 0; oy < g.out1; ++oy)
               spread_row<K, S>(dyp + oy * g.out2, g.out2, k2, s2, inv, spread + oy * pitch);
           }
